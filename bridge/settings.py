@@ -1,0 +1,169 @@
+"""Bridge settings, read from the environment (every name is documented in the README's settings table)."""
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_int(name: str, default: int, minimum: int = 0) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SystemExit(f"{name}={raw!r} is not a whole number") from None
+    if value < minimum:
+        raise SystemExit(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    return raw in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: list[str], sep: str = ",") -> list[str]:
+    raw = os.environ.get(name, "")
+    items = [item.strip() for item in raw.split(sep) if item.strip()]
+    return items or default
+
+
+DATA_DIR = Path(os.environ.get("BRIDGE_DATA_DIR") or BASE_DIR / "var").expanduser().resolve()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """Use DJANGO_SECRET_KEY, else a key generated once and kept in the data dir (never shared with children)."""
+    if os.environ.get("DJANGO_SECRET_KEY"):
+        return os.environ["DJANGO_SECRET_KEY"]
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("BRIDGE_DEBUG", False)
+ALLOWED_HOSTS = env_list("BRIDGE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("BRIDGE_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "jobs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "bridge.urls"
+ASGI_APPLICATION = "bridge.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# SQLite options that hold up with a web process and a worker writing at once (see DESIGN.md).
+SQLITE_OPTIONS = {
+    "timeout": 20,
+    "transaction_mode": "IMMEDIATE",
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
+
+if os.environ.get("DATABASE_URL"):
+    DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=0)}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        DATABASES["default"]["OPTIONS"] = dict(SQLITE_OPTIONS)
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DATA_DIR / "bridge.sqlite3",
+            "OPTIONS": dict(SQLITE_OPTIONS),
+        }
+    }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Tests run threads and subprocesses against one database: it must be a real file, not shared memory.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"jobs": {"handlers": ["console"], "level": os.environ.get("BRIDGE_LOG_LEVEL", "INFO")}},
+}
+
+# --- Bridge ---------------------------------------------------------------------------------------------
+
+BRIDGE_ALLOWED_ROOTS = [
+    Path(p).expanduser() for p in env_list("BRIDGE_ALLOWED_ROOTS", [str(DATA_DIR / "work")], sep=os.pathsep)
+]
+if "BRIDGE_ALLOWED_ROOTS" not in os.environ:
+    (DATA_DIR / "work").mkdir(exist_ok=True)
+BRIDGE_DEFAULT_CWD = Path(os.environ.get("BRIDGE_DEFAULT_CWD") or BRIDGE_ALLOWED_ROOTS[0]).expanduser()
+BRIDGE_CLAUDE_BIN = os.environ.get("BRIDGE_CLAUDE_BIN", "claude")
+BRIDGE_CLAUDE_PARTIAL = env_bool("BRIDGE_CLAUDE_PARTIAL", True)
+BRIDGE_MAX_CONCURRENT = env_int("BRIDGE_MAX_CONCURRENT", 3, minimum=1)
+BRIDGE_MAX_QUEUED = env_int("BRIDGE_MAX_QUEUED", 1000, minimum=1)
+BRIDGE_TASK_TIMEOUT_S = env_int("BRIDGE_TASK_TIMEOUT_S", 1800, minimum=1)
+BRIDGE_PERMISSION_TIMEOUT_S = env_int("BRIDGE_PERMISSION_TIMEOUT_S", 600, minimum=1)
+BRIDGE_MAX_PROMPT_BYTES = env_int("BRIDGE_MAX_PROMPT_BYTES", 256 * 1024, minimum=1)
+BRIDGE_MAX_LINE_BYTES = env_int("BRIDGE_MAX_LINE_BYTES", 4 * 1024 * 1024, minimum=1024)
+BRIDGE_MAX_OUTPUT_BYTES = env_int("BRIDGE_MAX_OUTPUT_BYTES", 64 * 1024 * 1024, minimum=1024)
+BRIDGE_STDERR_TAIL_BYTES = env_int("BRIDGE_STDERR_TAIL_BYTES", 64 * 1024, minimum=1024)
+BRIDGE_KILL_GRACE_S = env_int("BRIDGE_KILL_GRACE_S", 5, minimum=0)
+BRIDGE_DRAIN_S = env_int("BRIDGE_DRAIN_S", 30, minimum=0)
+BRIDGE_POLL_S = float(os.environ.get("BRIDGE_POLL_S") or 0.5)
+BRIDGE_SSE_HEARTBEAT_S = env_int("BRIDGE_SSE_HEARTBEAT_S", 15, minimum=1)
+BRIDGE_PASS_ENV = env_list("BRIDGE_PASS_ENV", [])

@@ -1,0 +1,285 @@
+"""The REST API: hbridge's paths and JSON shapes (so existing Hermes skills keep working), over jobs.actions."""
+
+from typing import Any, Literal
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Field, NinjaAPI, Query, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security.base import AuthBase
+from ninja.utils import check_csrf
+from pydantic import ConfigDict
+
+from jobs import actions, auth
+from jobs.errors import BridgeError
+from jobs.models import PermissionRequest, Status, Task, TaskEvent
+
+
+class TokenOrSession(AuthBase):
+    """Bearer token, HTTP Basic with the token as password, or a logged-in browser session (CSRF-checked)."""
+
+    openapi_type = "http"
+    openapi_scheme = "bearer"
+
+    def __call__(self, request: HttpRequest) -> str | None:
+        who = auth.authenticate(request)
+        unsafe = request.method not in ("GET", "HEAD", "OPTIONS")
+        if who and who.startswith("user:") and unsafe and check_csrf(request) is not None:
+            return None
+        return who
+
+
+api = NinjaAPI(
+    title="Bridge",
+    version="1",
+    description="Hand work to a coding agent, follow it live, answer its permission questions, collect the evidence.",
+    auth=TokenOrSession(),
+    urls_namespace="bridge-api",
+)
+
+
+def error_response(request: HttpRequest, message: str, status: int, **detail: Any) -> HttpResponse:
+    return api.create_response(request, {"error": message, **detail}, status=status)
+
+
+@api.exception_handler(BridgeError)
+def on_bridge_error(request: HttpRequest, exc: BridgeError) -> HttpResponse:
+    return error_response(request, exc.message, exc.http_status, **exc.detail)
+
+
+@api.exception_handler(AuthenticationError)
+def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    response = error_response(
+        request,
+        "authentication required: send 'Authorization: Bearer <token>' (make a token with "
+        "'python manage.py token create NAME')",
+        401,
+    )
+    response["WWW-Authenticate"] = 'Bearer realm="bridge"'
+    return response
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    message = str(exc)
+    if message == "Cannot parse request body":
+        message = "the request body is not valid JSON"
+    return error_response(request, message, exc.status_code)
+
+
+@api.exception_handler(ValidationError)
+def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    problems = []
+    for err in exc.errors:
+        where = ".".join(str(part) for part in err.get("loc", ()) if part not in ("body", "payload", "query"))
+        problems.append(f"{where or 'request'}: {err.get('msg', 'invalid')}")
+    return error_response(request, "invalid request: " + "; ".join(problems), 422, detail=exc.errors)
+
+
+class Strict(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateTaskIn(Strict):
+    prompt: str = Field(description="What the agent should do: self-contained, with absolute paths.")
+    cwd: str | None = Field(None, description="Working directory; must lie inside BRIDGE_ALLOWED_ROOTS.")
+    agent: str = Field("claude", description="The executor.")
+    permission_mode: Literal["approve", "bypass"] = "approve"
+    skip_permissions: bool = False
+    sessionId: str | None = Field(None, description="An agent session to continue (Claude's --resume).")
+    model: str | None = None
+    max_turns: int | None = Field(None, ge=1, le=10_000)
+    allowed_tools: list[str] | None = None
+    timeout_s: int | None = Field(None, ge=1)
+
+
+class CreateTaskOut(Schema):
+    task_id: str
+    status: str
+
+
+class TaskIdIn(Strict):
+    task_id: str
+    reason: str = ""
+
+
+class PermissionIn(Strict):
+    task_id: str
+    behavior: Literal["allow", "deny"]
+    request_id: str | None = None
+    updatedInput: dict | None = None
+    message: str = ""
+
+
+def usage_of(task: Task) -> dict:
+    return {
+        "total_cost_usd": task.cost_usd,
+        "input_tokens": task.input_tokens,
+        "output_tokens": task.output_tokens,
+        "cache_creation_input_tokens": task.cache_creation_input_tokens,
+        "cache_read_input_tokens": task.cache_read_input_tokens,
+    }
+
+
+def task_summary(task: Task) -> dict:
+    return {
+        "id": str(task.public_id),
+        "agent": task.agent,
+        "status": task.status,
+        "cwd": task.cwd,
+        "prompt": task.prompt[:200],
+        "created_at": task.created_at,
+        "started_at": task.started_at,
+        "finished_at": task.finished_at,
+        "exitCode": task.exit_code,
+        "usage": usage_of(task),
+        "num_turns": task.num_turns,
+        "source": task.source,
+    }
+
+
+def permission_out(perm: PermissionRequest) -> dict:
+    return {
+        "task_id": str(perm.task.public_id),
+        "request_id": perm.request_id,
+        "tool_name": perm.tool_name,
+        "input": perm.input,
+        "tool_use_id": perm.tool_use_id,
+        "suggestions": perm.suggestions,
+        "status": perm.status,
+        "updated_input": perm.updated_input,
+        "message": perm.message,
+        "decided_by": perm.decided_by,
+        "decided_via": perm.decided_via,
+        "created_at": perm.created_at,
+        "decided_at": perm.decided_at,
+    }
+
+
+def event_out(event: TaskEvent) -> dict:
+    return {"seq": event.seq, "kind": event.kind, "data": event.data, "time": event.created_at}
+
+
+@api.post("/task/create", response=CreateTaskOut, summary="Queue a task for an agent")
+def create_task(request: HttpRequest, payload: CreateTaskIn):
+    options = {
+        key: value
+        for key, value in {
+            "model": payload.model,
+            "max_turns": payload.max_turns,
+            "allowed_tools": payload.allowed_tools,
+        }.items()
+        if value is not None
+    }
+    task = actions.create_task(
+        actions.TaskSpec(
+            prompt=payload.prompt,
+            cwd=payload.cwd,
+            agent=payload.agent,
+            permission_mode=payload.permission_mode,
+            skip_permissions=payload.skip_permissions,
+            resume_session_id=payload.sessionId,
+            timeout_s=payload.timeout_s,
+            options=options,
+            source="api",
+            created_by=request.auth,
+        )
+    )
+    return {"task_id": str(task.public_id), "status": task.status}
+
+
+@api.post("/task/cancel", summary="Cancel a queued or running task")
+def cancel_task(request: HttpRequest, payload: TaskIdIn):
+    task = actions.request_cancel(actions.get_task(payload.task_id), reason=payload.reason, by=request.auth)
+    return {"task_id": str(task.public_id), "status": task.status, "cancel_requested": True}
+
+
+@api.post("/task/permission", summary="Answer a pending permission request")
+def decide_permission(request: HttpRequest, payload: PermissionIn):
+    task = actions.get_task(payload.task_id)
+    perm = actions.decide_permission(
+        task,
+        behavior=payload.behavior,
+        request_id=payload.request_id,
+        updated_input=payload.updatedInput,
+        message=payload.message,
+        by=request.auth,
+        via="api",
+    )
+    return {"ok": True, **permission_out(perm)}
+
+
+@api.get("/task/output", summary="The result, when there is one (hbridge shape)")
+def task_output(request: HttpRequest, task_id: str):
+    task = actions.get_task(task_id)
+    return {
+        "retrieval_status": "success" if task.is_terminal else "pending",
+        "task": {
+            "id": str(task.public_id),
+            "status": task.status,
+            "result": task.result,
+            "error": task.error,
+            "exitCode": task.exit_code,
+            "usage": usage_of(task),
+        },
+    }
+
+
+@api.get("/task", summary="Everything about one task")
+def task_detail(request: HttpRequest, task_id: str):
+    task = actions.get_task(task_id)
+    return {
+        **task_summary(task),
+        "prompt": task.prompt,
+        "permission_mode": task.permission_mode,
+        "options": task.options,
+        "timeout_s": task.timeout_s,
+        "result": task.result,
+        "error": task.error,
+        "stderr_tail": task.stderr_tail,
+        "pid": task.pid,
+        "session_id": task.session.session_id if task.session else None,
+        "resume_session_id": task.resume_session_id or None,
+        "created_by": task.created_by,
+        "cancel_requested": task.cancel_requested_at is not None,
+        "last_seq": task.last_seq,
+        "pending_permissions": [permission_out(p) for p in actions.pending_permissions(task)],
+    }
+
+
+class TaskFilter(Schema):
+    status: Literal[tuple(Status.values)] | None = None  # type: ignore[valid-type]
+    agent: str | None = None
+    cwd: str | None = None
+    limit: int = Field(50, ge=1, le=500)
+    offset: int = Field(0, ge=0)
+
+
+@api.get("/tasks", summary="List tasks, newest first")
+def list_tasks(request: HttpRequest, filters: Query[TaskFilter]):
+    tasks = Task.objects.order_by("-created_at", "-id")
+    for name in ("status", "agent", "cwd"):
+        value = getattr(filters, name)
+        if value:
+            tasks = tasks.filter(**{name: value})
+    page = tasks[filters.offset : filters.offset + filters.limit]
+    return {"count": tasks.count(), "tasks": [task_summary(t) for t in page]}
+
+
+@api.get("/permissions", summary="Pending permission requests, oldest first")
+def list_permissions(request: HttpRequest, task_id: str | None = None):
+    task = actions.get_task(task_id) if task_id else None
+    return {"permissions": [permission_out(p) for p in actions.pending_permissions(task)]}
+
+
+@api.get("/task/events", summary="The transcript after a given seq")
+def task_events(
+    request: HttpRequest, task_id: str, since: int = Query(0, ge=0), limit: int = Query(500, ge=1, le=5000)
+):
+    task = actions.get_task(task_id)
+    events = actions.events_since(task, since, limit)
+    return {
+        "task_id": str(task.public_id),
+        "status": task.status,
+        "last_seq": task.last_seq,
+        "events": [event_out(e) for e in events],
+    }

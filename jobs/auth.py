@@ -1,0 +1,67 @@
+"""API tokens: 256 random bits, shown once, stored as SHA-256, checked in constant time."""
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+
+from django.http import HttpRequest
+from django.utils import timezone
+
+from jobs.models import ApiToken
+
+TOKEN_PREFIX = "brg_"
+PREFIX_LEN = len(TOKEN_PREFIX) + 8
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(name: str) -> tuple[ApiToken, str]:
+    """Make a token; the plain text is returned once and never stored."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken.objects.create(name=name, prefix=token[:PREFIX_LEN], hash=_digest(token))
+    return row, token
+
+
+def verify_token(token: str) -> ApiToken | None:
+    if not token.startswith(TOKEN_PREFIX) or len(token) < PREFIX_LEN + 16:
+        return None
+    digest = _digest(token)
+    match = None
+    for row in ApiToken.objects.filter(prefix=token[:PREFIX_LEN], revoked_at__isnull=True):
+        if hmac.compare_digest(row.hash, digest):
+            match = row
+    if match is not None:
+        ApiToken.objects.filter(pk=match.pk).update(last_used_at=timezone.now())
+    return match
+
+
+def token_from_header(header: str) -> str | None:
+    """Bearer <token>, or HTTP Basic with the token as the password (any user name), as hbridge clients send."""
+    scheme, _, value = header.strip().partition(" ")
+    scheme = scheme.lower()
+    value = value.strip()
+    if scheme == "bearer" and value:
+        return value
+    if scheme == "basic" and value:
+        try:
+            decoded = base64.b64decode(value, validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return decoded.partition(":")[2] or None
+    return None
+
+
+def authenticate(request: HttpRequest) -> str | None:
+    """Who is calling: 'token:<name>' for a valid token, 'user:<name>' for a logged-in user, else None."""
+    token = token_from_header(request.headers.get("Authorization", ""))
+    if token:
+        row = verify_token(token)
+        return f"token:{row.name}" if row else None
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        return f"user:{user.get_username()}"
+    return None

@@ -1,0 +1,58 @@
+"""`manage.py runbridge`: Daphne (REST, SSE, admin) and the supervisor in one process — the embedded default."""
+
+import logging
+import sys
+import threading
+
+from daphne.endpoints import build_endpoint_description_strings
+from daphne.server import Server
+from django.conf import settings
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.core.management.base import BaseCommand
+from twisted.internet import reactor
+
+from bridge.asgi import application
+from jobs.supervisor import Supervisor
+
+log = logging.getLogger("jobs")
+
+
+class Command(BaseCommand):
+    help = "Serve Bridge on 127.0.0.1 and run its tasks. SIGTERM/Ctrl-C: stop serving, drain tasks, exit."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+        parser.add_argument("--port", type=int, default=8800, help="port (default 8800; 0 picks a free one)")
+        parser.add_argument("--no-supervisor", action="store_true", help="serve only; run tasks elsewhere")
+
+    def handle(self, *args, host, port, no_supervisor, **options):
+        supervisor = None
+        if not no_supervisor:
+            supervisor = Supervisor()
+            thread = threading.Thread(target=supervisor.run, name="supervisor", daemon=True)
+            thread.start()
+            supervisor.ready.wait()
+        server = Server(
+            application=ASGIStaticFilesHandler(application),
+            endpoints=build_endpoint_description_strings(host=host, port=port),
+            signal_handlers=True,
+            verbosity=0,
+            ready_callable=lambda: reactor.callWhenRunning(self._announce, server),
+        )
+        server.run()
+        if supervisor is not None:
+            self.stderr.write("Bridge: stopped serving; draining running tasks…")
+            supervisor.request_stop()
+            thread.join()
+
+    def _announce(self, server: Server) -> None:
+        if not server.listening_addresses:
+            reactor.callLater(0.05, self._announce, server)
+            return
+        host, port = server.listening_addresses[0]
+        shown = f"[{host}]" if ":" in host else host
+        self.stdout.write(f"Bridge is listening on http://{shown}:{port}/")
+        self.stdout.write(
+            f"  data: {settings.DATA_DIR}   allowed roots: {', '.join(map(str, settings.BRIDGE_ALLOWED_ROOTS))}"
+        )
+        sys.stdout.flush()

@@ -1,0 +1,42 @@
+"""`manage.py token create NAME | list | revoke NAME`: API tokens for programs."""
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from jobs.auth import create_token
+from jobs.models import ApiToken
+
+
+class Command(BaseCommand):
+    help = "Create, list or revoke API tokens. A new token is printed once, alone on the last line."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        create = sub.add_parser("create", help="make a token and print it (it is not shown again)")
+        create.add_argument("name")
+        sub.add_parser("list", help="list tokens (never their secret)")
+        revoke = sub.add_parser("revoke", help="stop a token from working")
+        revoke.add_argument("name")
+
+    def handle(self, *args, action, **options):
+        if action == "create":
+            name = options["name"].strip()
+            if not name:
+                raise CommandError("give the token a name, e.g. 'hermes'")
+            if ApiToken.objects.filter(name=name).exists():
+                raise CommandError(f"a token named {name!r} exists; revoke it or pick another name")
+            _, token = create_token(name)
+            self.stderr.write(f"Token {name!r} created. It is shown once; keep it somewhere safe:")
+            self.stdout.write(token)
+        elif action == "list":
+            for row in ApiToken.objects.order_by("created_at"):
+                state = f"revoked {row.revoked_at:%Y-%m-%d %H:%M}" if row.revoked_at else "active"
+                used = f"last used {row.last_used_at:%Y-%m-%d %H:%M}" if row.last_used_at else "never used"
+                self.stdout.write(f"{row.name}\t{row.prefix}…\t{state}\t{used}")
+        else:
+            updated = ApiToken.objects.filter(name=options["name"], revoked_at__isnull=True).update(
+                revoked_at=timezone.now()
+            )
+            if not updated:
+                raise CommandError(f"no active token named {options['name']!r}")
+            self.stdout.write(f"revoked {options['name']}")

@@ -1,0 +1,193 @@
+"""Bridge's data: the database is the truth (DESIGN.md, principle 1).
+
+Rows are changed only through `jobs.actions`; everything else reads them.
+"""
+
+import uuid
+
+from django.db import models
+
+
+class Agent(models.TextChoices):
+    CLAUDE = "claude", "Claude Code"
+    HERMES = "hermes", "Hermes Agent"
+
+
+class Status(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    ORPHANED = "orphaned"
+
+
+TERMINAL_STATUSES = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED, Status.TIMEOUT, Status.ORPHANED})
+
+
+class PermissionMode(models.TextChoices):
+    APPROVE = "approve", "ask for every tool"
+    BYPASS = "bypass", "allow every tool (recorded as policy)"
+    SKIP = "skip", "the CLI's own skip-permissions flag"
+
+
+class Source(models.TextChoices):
+    API = "api"
+    MCP = "mcp"
+    WEB = "web"
+
+
+class Worker(models.Model):
+    """One supervisor process; its heartbeat tells peers whether it is alive."""
+
+    name = models.CharField(max_length=200, unique=True)
+    host = models.CharField(max_length=200)
+    pid = models.IntegerField()
+    process_create_time = models.FloatField()
+    capacity = models.IntegerField()
+    started_at = models.DateTimeField(auto_now_add=True)
+    heartbeat_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AgentSession(models.Model):
+    """An executor's own conversation, which later tasks can resume."""
+
+    agent = models.CharField(max_length=20, choices=Agent.choices)
+    session_id = models.CharField(max_length=200)
+    cwd = models.TextField()
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    total_cost_usd = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "session_id"], name="unique_agent_session")]
+
+    def __str__(self) -> str:
+        return f"{self.agent}:{self.session_id}"
+
+
+class Task(models.Model):
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    agent = models.CharField(max_length=20, choices=Agent.choices, default=Agent.CLAUDE)
+    prompt = models.TextField()
+    cwd = models.TextField()
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    permission_mode = models.CharField(max_length=20, choices=PermissionMode.choices, default=PermissionMode.APPROVE)
+    options = models.JSONField(default=dict, blank=True)
+    timeout_s = models.IntegerField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL)
+    pid = models.IntegerField(null=True, blank=True)
+    process_create_time = models.FloatField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    result = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    stderr_tail = models.TextField(blank=True)
+    cost_usd = models.FloatField(null=True, blank=True)
+    input_tokens = models.BigIntegerField(null=True, blank=True)
+    output_tokens = models.BigIntegerField(null=True, blank=True)
+    cache_creation_input_tokens = models.BigIntegerField(null=True, blank=True)
+    cache_read_input_tokens = models.BigIntegerField(null=True, blank=True)
+    num_turns = models.IntegerField(null=True, blank=True)
+    session = models.ForeignKey(AgentSession, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
+    resume_session_id = models.CharField(max_length=200, blank=True)
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.API)
+    created_by = models.CharField(max_length=200, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_reason = models.TextField(blank=True)
+    last_seq = models.IntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "created_at"], name="task_queue_order")]
+
+    def __str__(self) -> str:
+        return str(self.public_id)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class TaskEvent(models.Model):
+    """One line of the transcript. Append-only; seq is gap-free per task."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    seq = models.IntegerField()
+    kind = models.CharField(max_length=40)
+    data = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "seq"], name="unique_task_seq")]
+        ordering = ["task", "seq"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}#{self.seq} {self.kind}"
+
+
+class PermissionStatus(models.TextChoices):
+    PENDING = "pending"
+    ALLOWED = "allowed"
+    DENIED = "denied"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
+class DecidedVia(models.TextChoices):
+    API = "api"
+    WEB = "web"
+    MCP = "mcp"
+    POLICY = "policy"
+    TIMEOUT = "timeout"
+    AGENT = "agent"
+    SUPERVISOR = "supervisor"
+
+
+class PermissionRequest(models.Model):
+    """An executor asking to use a tool; answered once, by a person, a planner, a policy or the clock."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="permission_requests")
+    request_id = models.CharField(max_length=200)
+    tool_name = models.CharField(max_length=200)
+    input = models.JSONField(default=dict)
+    tool_use_id = models.CharField(max_length=200, blank=True)
+    suggestions = models.JSONField(default=list, blank=True)
+    status = models.CharField(
+        max_length=20, choices=PermissionStatus.choices, default=PermissionStatus.PENDING, db_index=True
+    )
+    updated_input = models.JSONField(null=True, blank=True)
+    message = models.TextField(blank=True)
+    decided_by = models.CharField(max_length=200, blank=True)
+    decided_via = models.CharField(max_length=20, choices=DecidedVia.choices, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "request_id"], name="unique_task_request")]
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}/{self.request_id} {self.tool_name} {self.status}"
+
+
+class ApiToken(models.Model):
+    """A bearer token: only its prefix and SHA-256 are kept; the token itself is shown once."""
+
+    name = models.CharField(max_length=100, unique=True)
+    prefix = models.CharField(max_length=16, db_index=True)
+    hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name

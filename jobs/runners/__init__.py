@@ -1,0 +1,12 @@
+"""One runner module per agent; `runner_for` picks the one a task needs."""
+
+from jobs.models import Agent, Task
+from jobs.runners.base import Runner
+
+
+def runner_for(task: Task) -> Runner:
+    if task.agent == Agent.CLAUDE:
+        from jobs.runners.claude import ClaudeRunner
+
+        return ClaudeRunner(task)
+    raise ValueError(f"no runner for agent {task.agent!r}")

@@ -1,0 +1,82 @@
+"""What the supervisor needs from an executor's protocol: one Runner subclass per agent.
+
+A runner only translates: it builds the argv, turns each stdout line into events and permission questions,
+and turns decisions back into lines. Processes, limits, the database and the clock belong to the supervisor.
+"""
+
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from jobs.actions import Outcome
+from jobs.models import PermissionRequest, Task
+
+ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "TZ", "SHELL", "TERM")
+ENV_PREFIXES = ("LC_", "ANTHROPIC_", "CLAUDE_", "DISABLE_", "HERMES_")
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed environment a child inherits: never Bridge's own secrets (DESIGN.md principle 6)."""
+    passed = set(ENV_NAMES) | set(settings.BRIDGE_PASS_ENV)
+    env = {name: value for name, value in os.environ.items() if name in passed or name.startswith(ENV_PREFIXES)}
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class PermissionAsk:
+    request_id: str
+    tool_name: str
+    tool_input: dict
+    tool_use_id: str = ""
+    suggestions: list = field(default_factory=list)
+
+
+@dataclass
+class Step:
+    """What one stdout line meant."""
+
+    events: list[tuple[str, dict]] = field(default_factory=list)
+    asks: list[PermissionAsk] = field(default_factory=list)
+    withdrawn: list[str] = field(default_factory=list)
+    replies: list[bytes] = field(default_factory=list)
+    session_id: str | None = None
+    finished: bool = False
+
+
+class Runner(ABC):
+    """One run of one task. Instances are used from a single thread."""
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    @abstractmethod
+    def argv(self) -> list[str]: ...
+
+    def env(self) -> dict[str, str]:
+        return child_env()
+
+    def stdin_lines(self) -> list[bytes]:
+        """Lines written right after the child starts."""
+        return []
+
+    @abstractmethod
+    def on_line(self, line: bytes) -> Step: ...
+
+    def on_oversized_line(self, head: bytes, size: int) -> Step:
+        """A line longer than BRIDGE_MAX_LINE_BYTES was cut; `head` is its start."""
+        return Step()
+
+    @abstractmethod
+    def answer(self, perm: PermissionRequest) -> bytes:
+        """The line that tells the child this decision."""
+
+    def interrupt(self) -> bytes | None:
+        """A polite stop request, if the protocol has one."""
+        return None
+
+    @abstractmethod
+    def outcome(self, exit_code: int, stderr_tail: str) -> Outcome:
+        """How the run ended, judged from what the child said, its exit code and its last stderr lines."""

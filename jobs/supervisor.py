@@ -1,0 +1,429 @@
+"""The supervisor: claims queued tasks, runs each executor as a child process, records what it does.
+
+One `Supervisor` per process (`manage.py supervise`, or inside `manage.py runbridge`); one `TaskRun` thread per
+running task. A TaskRun spawns its child itself and lives until the child is reaped, because Linux's parent-death
+signal fires when the *thread* that forked the child ends. Each child leads its own process group, so a stop
+reaches whatever the agent started too.
+"""
+
+import contextlib
+import ctypes
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+from django.conf import settings
+from django.db import close_old_connections, connection
+
+from jobs import actions, doorbell
+from jobs.actions import Outcome
+from jobs.models import Status, Task
+from jobs.runners import runner_for
+from jobs.runners.base import Runner, Step
+
+log = logging.getLogger(__name__)
+
+ESSENTIAL_KINDS = frozenset({"init", "result", "truncated"})
+LINE_HEAD_BYTES = 2000
+INBOX_SIZE = 10_000
+BATCH_LINES = 500
+HEARTBEAT_S = 5.0
+ORPHAN_SCAN_S = 30.0
+PR_SET_PDEATHSIG = 1
+
+_libc = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: ask Linux to SIGKILL it when the spawning thread dies."""
+    if _libc is not None:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def kill_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+class LineReader(threading.Thread):
+    """Reads a child's stdout as lines; a line over the cap is cut to its head and counted, never held whole."""
+
+    def __init__(self, stream, inbox: queue.Queue, max_bytes: int) -> None:
+        super().__init__(daemon=True, name="stdout-reader")
+        self.stream, self.inbox, self.max_bytes = stream, inbox, max_bytes
+
+    def run(self) -> None:
+        try:
+            while line := self.stream.readline(self.max_bytes + 1):
+                if len(line) > self.max_bytes and not line.endswith(b"\n"):
+                    head, size = line[:LINE_HEAD_BYTES], len(line)
+                    while more := self.stream.readline(self.max_bytes + 1):
+                        size += len(more)
+                        if more.endswith(b"\n"):
+                            break
+                    self.inbox.put(("oversized", head, size))
+                else:
+                    self.inbox.put(("line", line))
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.inbox.put(("eof",))
+
+
+class TailReader(threading.Thread):
+    """Keeps the last `limit` bytes of a stream (the child's stderr)."""
+
+    def __init__(self, stream, limit: int) -> None:
+        super().__init__(daemon=True, name="stderr-reader")
+        self.stream, self.limit = stream, limit
+        self.buffer = bytearray()
+        self.total = 0
+
+    def run(self) -> None:
+        try:
+            while chunk := self.stream.read1(65536):
+                self.total += len(chunk)
+                self.buffer += chunk
+                del self.buffer[: max(0, len(self.buffer) - self.limit)]
+        except (OSError, ValueError):
+            pass
+
+    def text(self) -> str:
+        text = self.buffer.decode(errors="replace")
+        if self.total > len(self.buffer):
+            text = f"[… {self.total - len(self.buffer)} earlier bytes of stderr not kept]\n" + text
+        return text
+
+
+class TaskRun(threading.Thread):
+    """Runs one claimed task from spawn to its recorded end."""
+
+    def __init__(self, supervisor: "Supervisor", task: Task) -> None:
+        super().__init__(daemon=True, name=f"task-{task.public_id}")
+        self.supervisor = supervisor
+        self.task = task
+        self.inbox: queue.Queue = queue.Queue(maxsize=INBOX_SIZE)
+        self.proc: subprocess.Popen | None = None
+        self.runner: Runner | None = None
+        self.pending: list[tuple[str, dict]] = []
+        self.output_bytes = 0
+        self.truncated = False
+        self.session_linked = False
+        self.stop_status: str | None = None
+        self.stop_reason = ""
+        self.stop_started = 0.0
+        self.stop_phase = 0
+        self.deadline = 0.0
+        self.last_db_check = 0.0
+
+    def wake(self) -> None:
+        try:
+            self.inbox.put_nowait(("wake",))
+        except queue.Full:
+            pass  # the run is busy with output and will look at the database soon anyway
+
+    def run(self) -> None:
+        unsubscribe = doorbell.subscribe(str(self.task.public_id), self.wake)
+        try:
+            self._run()
+        except Exception as exc:
+            log.exception("task %s: supervisor error", self.task.public_id)
+            if self.proc is not None:
+                kill_group(self.proc.pid, signal.SIGKILL)
+            actions.finish_task(self.task, Outcome(Status.FAILED, error=f"Bridge failed while running it: {exc!r}"))
+        finally:
+            unsubscribe()
+            connection.close()
+            self.supervisor.wake()
+
+    def _run(self) -> None:
+        self.runner = runner_for(self.task)
+        argv = self.runner.argv()
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=self.task.cwd,
+                env=self.runner.env(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if _libc is not None else None,
+            )
+        except OSError as exc:
+            error = f"could not start {argv[0]!r}: {exc.strerror or exc} (the executable is set by BRIDGE_CLAUDE_BIN)"
+            actions.finish_task(self.task, Outcome(Status.FAILED, error=error))
+            return
+        self.deadline = time.monotonic() + self.task.timeout_s
+        try:
+            create_time = psutil.Process(self.proc.pid).create_time()
+        except psutil.NoSuchProcess:
+            create_time = time.time()
+        actions.mark_spawned(self.task, self.proc.pid, create_time, argv)
+        LineReader(self.proc.stdout, self.inbox, settings.BRIDGE_MAX_LINE_BYTES).start()
+        stderr = TailReader(self.proc.stderr, settings.BRIDGE_STDERR_TAIL_BYTES)
+        stderr.start()
+        for line in self.runner.stdin_lines():
+            self._write(line)
+
+        eof = False
+        exited_at = None
+        while True:
+            items = self._next_items()
+            for item in items:
+                if item[0] == "line":
+                    self._handle(self.runner.on_line(item[1]), len(item[1]))
+                elif item[0] == "oversized":
+                    self._on_oversized(item[1], item[2])
+                elif item[0] == "eof":
+                    eof = True
+            self._flush()
+            now = time.monotonic()
+            if any(item[0] == "wake" for item in items) or now - self.last_db_check >= settings.BRIDGE_POLL_S:
+                self.last_db_check = now
+                self._check_database()
+            self._check_clock(now)
+            if self.proc.poll() is not None:
+                if exited_at is None:
+                    exited_at = now
+                    kill_group(self.proc.pid, signal.SIGKILL)  # whatever the agent left behind dies with it
+                if eof or now - exited_at > 5:
+                    break
+
+        stderr.join(timeout=2)
+        self._flush()
+        outcome = self.runner.outcome(self.proc.returncode, stderr.text())
+        if self.stop_status is not None:
+            outcome.status = self.stop_status
+            outcome.error = self.stop_reason
+        actions.finish_task(self.task, outcome, stderr_tail=stderr.text())
+
+    def _next_items(self) -> list[tuple]:
+        try:
+            items = [self.inbox.get(timeout=self._wait_time())]
+        except queue.Empty:
+            return []
+        while len(items) < BATCH_LINES:
+            try:
+                items.append(self.inbox.get_nowait())
+            except queue.Empty:
+                break
+        return items
+
+    def _wait_time(self) -> float:
+        wait = settings.BRIDGE_POLL_S
+        if self.stop_status is None:
+            wait = min(wait, self.deadline - time.monotonic())
+        return max(0.01, wait)
+
+    def _write(self, line: bytes) -> None:
+        stdin = self.proc.stdin
+        if stdin is None or stdin.closed:
+            return
+        try:
+            stdin.write(line)
+            stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass  # the child is gone; its exit is recorded when the loop sees it
+
+    def _close_stdin(self) -> None:
+        try:
+            if self.proc.stdin and not self.proc.stdin.closed:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def _handle(self, step: Step, size: int) -> None:
+        self.output_bytes += size
+        if step.session_id and not self.session_linked:
+            actions.link_session(self.task, step.session_id)
+            self.session_linked = True
+        events = step.events
+        if self.output_bytes > settings.BRIDGE_MAX_OUTPUT_BYTES:
+            if not self.truncated:
+                self.truncated = True
+                limit = settings.BRIDGE_MAX_OUTPUT_BYTES
+                note = f"output over {limit} bytes (BRIDGE_MAX_OUTPUT_BYTES): later output is not recorded"
+                self.pending.append(("truncated", {"reason": note, "bytes": self.output_bytes}))
+            events = [event for event in events if event[0] in ESSENTIAL_KINDS]
+        self.pending.extend(events)
+        for reply in step.replies:
+            self._write(reply)
+        for ask in step.asks:
+            self._flush()
+            perm = actions.record_permission_request(
+                self.task,
+                request_id=ask.request_id,
+                tool_name=ask.tool_name,
+                tool_input=ask.tool_input,
+                tool_use_id=ask.tool_use_id,
+                suggestions=ask.suggestions,
+            )
+            if perm.status != "pending":
+                self._deliver(perm)
+        for request_id in step.withdrawn:
+            self._flush()
+            actions.cancel_permission(self.task, request_id, "the agent withdrew the request")
+        if step.finished:
+            self._close_stdin()
+
+    def _on_oversized(self, head: bytes, size: int) -> None:
+        limit = settings.BRIDGE_MAX_LINE_BYTES
+        self.pending.append(
+            (
+                "truncated",
+                {
+                    "reason": f"an output line of {size} bytes is over BRIDGE_MAX_LINE_BYTES ({limit}); its start:",
+                    "bytes": size,
+                    "head": head.decode(errors="replace"),
+                },
+            )
+        )
+        self._handle(self.runner.on_oversized_line(head, size), 0)
+        self.output_bytes += size
+
+    def _flush(self) -> None:
+        if self.pending:
+            events, self.pending = self.pending, []
+            actions.append_events(self.task, events)
+
+    def _deliver(self, perm) -> None:
+        self._write(self.runner.answer(perm))
+        actions.mark_delivered(perm)
+
+    def _check_database(self) -> None:
+        """Cancel requests, expired permission requests and decisions to pass on: all come from the database."""
+        if self.stop_status is None:
+            row = Task.objects.filter(pk=self.task.pk).values("cancel_requested_at", "cancel_reason").get()
+            if row["cancel_requested_at"] is not None:
+                self._begin_stop(Status.CANCELLED, row["cancel_reason"] or "cancelled by request")
+        actions.expire_permissions(self.task)
+        for perm in actions.undelivered_decisions(self.task):
+            self._deliver(perm)
+
+    def _begin_stop(self, status: str, reason: str) -> None:
+        self.stop_status, self.stop_reason = status, reason
+        self.stop_started = time.monotonic()
+        self.pending.append(("stopping", {"status": status, "reason": reason}))
+        line = self.runner.interrupt()
+        if line is not None:
+            self._write(line)
+        else:
+            self._signal(signal.SIGTERM)
+
+    def _signal(self, sig: int) -> None:
+        self.stop_phase = 1 if sig == signal.SIGTERM else 2
+        self.pending.append(("signal", {"signal": signal.Signals(sig).name}))
+        kill_group(self.proc.pid, sig)
+
+    def _check_clock(self, now: float) -> None:
+        if self.stop_status is None and now >= self.deadline:
+            self._begin_stop(Status.TIMEOUT, f"ran longer than its timeout of {self.task.timeout_s} s")
+        if self.stop_status is None or self.proc.poll() is not None:
+            return
+        grace = settings.BRIDGE_KILL_GRACE_S
+        elapsed = now - self.stop_started
+        if self.stop_phase == 0 and elapsed >= grace:
+            self._signal(signal.SIGTERM)
+        elif self.stop_phase == 1 and elapsed >= 2 * grace:
+            self._signal(signal.SIGKILL)
+
+
+class Supervisor:
+    """Claims tasks up to its capacity and runs them; stops claiming on request and drains."""
+
+    def __init__(self, capacity: int | None = None) -> None:
+        self.capacity = capacity or settings.BRIDGE_MAX_CONCURRENT
+        self.runs: dict[int, TaskRun] = {}
+        self.worker = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.ready = threading.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        """Blocks until request_stop(), then drains running tasks and returns."""
+        self.worker = actions.register_worker(self.capacity)
+        unsubscribe = doorbell.subscribe(doorbell.QUEUE, self.wake)
+        log.info("supervisor %s: up to %d tasks at once", self.worker.name, self.capacity)
+        try:
+            self.reap_orphans()
+            next_heartbeat = next_scan = time.monotonic()
+            self.ready.set()
+            while not self._stop.is_set():
+                self._wake.clear()
+                self._forget_finished()
+                self._claim()
+                now = time.monotonic()
+                if now >= next_heartbeat:
+                    actions.heartbeat(self.worker)
+                    next_heartbeat = now + HEARTBEAT_S
+                if now >= next_scan:
+                    self.reap_orphans()
+                    next_scan = now + ORPHAN_SCAN_S
+                close_old_connections()
+                self._wake.wait(timeout=settings.BRIDGE_POLL_S)
+            self._drain()
+        finally:
+            unsubscribe()
+            actions.stop_worker(self.worker)
+            connection.close()
+            self.ready.set()
+
+    def _forget_finished(self) -> None:
+        for pk, run in list(self.runs.items()):
+            if not run.is_alive():
+                del self.runs[pk]
+
+    def _claim(self) -> None:
+        while len(self.runs) < self.capacity and not self._stop.is_set():
+            task = actions.claim_next_task(self.worker)
+            if task is None:
+                return
+            run = TaskRun(self, task)
+            self.runs[task.pk] = run
+            run.start()
+
+    def reap_orphans(self) -> None:
+        """Tasks left running by a supervisor that is gone cannot be managed any more: say so, keep their events."""
+        for task in actions.find_orphans(self.worker):
+            worker = task.worker.name if task.worker else "unknown"
+            reason = f"its supervisor ({worker}) stopped while the task was running"
+            if (
+                task.worker
+                and task.worker.host == self.worker.host
+                and actions.process_matches(task.pid, task.process_create_time)
+            ):
+                kill_group(task.pid, signal.SIGKILL)
+                reason += "; the agent process was still alive and has been killed"
+            actions.mark_orphaned(task, reason + ". Nothing was re-run.")
+            log.warning("task %s orphaned: %s", task.public_id, reason)
+
+    def _drain(self) -> None:
+        runs = list(self.runs.values())
+        if runs:
+            log.info("supervisor stopping: waiting up to %d s for %d running tasks", settings.BRIDGE_DRAIN_S, len(runs))
+        deadline = time.monotonic() + settings.BRIDGE_DRAIN_S
+        for run in runs:
+            run.join(timeout=max(0, deadline - time.monotonic()))
+        reason = (
+            "Bridge's supervisor shut down and the task was still running after "
+            f"BRIDGE_DRAIN_S={settings.BRIDGE_DRAIN_S} s"
+        )
+        for run in runs:
+            if run.is_alive():
+                actions.request_cancel(run.task, reason=reason, by="supervisor")
+        for run in runs:
+            run.join(timeout=2 * settings.BRIDGE_KILL_GRACE_S + 10)
