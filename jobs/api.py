@@ -1,6 +1,6 @@
 """The REST API: hbridge's paths and JSON shapes (so existing Hermes skills keep working), over jobs.actions."""
 
-from typing import Any, Literal
+from typing import Literal
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, NinjaAPI, Query, Schema
@@ -37,13 +37,13 @@ api = NinjaAPI(
 )
 
 
-def error_response(request: HttpRequest, message: str, status: int, **detail: Any) -> HttpResponse:
-    return api.create_response(request, {"error": message, **detail}, status=status)
+def error_response(request: HttpRequest, message: str, http_status: int, extra: dict | None = None) -> HttpResponse:
+    return api.create_response(request, {"error": message, **(extra or {})}, status=http_status)
 
 
 @api.exception_handler(BridgeError)
 def on_bridge_error(request: HttpRequest, exc: BridgeError) -> HttpResponse:
-    return error_response(request, exc.message, exc.http_status, **exc.detail)
+    return error_response(request, exc.message, exc.http_status, exc.detail)
 
 
 @api.exception_handler(AuthenticationError)
@@ -72,7 +72,7 @@ def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespo
     for err in exc.errors:
         where = ".".join(str(part) for part in err.get("loc", ()) if part not in ("body", "payload", "query"))
         problems.append(f"{where or 'request'}: {err.get('msg', 'invalid')}")
-    return error_response(request, "invalid request: " + "; ".join(problems), 422, detail=exc.errors)
+    return error_response(request, "invalid request: " + "; ".join(problems), 422, {"detail": exc.errors})
 
 
 class Strict(Schema):

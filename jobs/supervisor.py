@@ -23,6 +23,7 @@ from django.db import close_old_connections, connection
 
 from jobs import actions, doorbell
 from jobs.actions import Outcome
+from jobs.errors import Conflict
 from jobs.models import Status, Task
 from jobs.runners import runner_for
 from jobs.runners.base import Runner, Step
@@ -424,6 +425,9 @@ class Supervisor:
         )
         for run in runs:
             if run.is_alive():
-                actions.request_cancel(run.task, reason=reason, by="supervisor")
+                try:
+                    actions.request_cancel(run.task, reason=reason, by="supervisor")
+                except Conflict:
+                    pass  # it ended between the check and the request
         for run in runs:
             run.join(timeout=2 * settings.BRIDGE_KILL_GRACE_S + 10)

@@ -255,9 +255,12 @@ class ClaudeRunner(Runner):
         }
         text = result.get("result") or ""
         if result.get("is_error") or result.get("subtype") != "success":
-            reason = text or result.get("subtype") or "error"
-            errors = result.get("errors")
-            if errors and not text:
-                reason = "; ".join(str(e) for e in errors)
-            return Outcome(status=Status.FAILED, exit_code=exit_code, result=text, error=str(reason), usage=recorded)
+            reason = text
+            if not reason:
+                reason = str(result.get("subtype") or "error")
+                if result.get("terminal_reason"):
+                    reason += f" ({result['terminal_reason']})"
+                if result.get("errors"):
+                    reason += ": " + "; ".join(str(e) for e in result["errors"])
+            return Outcome(status=Status.FAILED, exit_code=exit_code, result=text, error=reason, usage=recorded)
         return Outcome(status=Status.DONE, exit_code=exit_code, result=text, usage=recorded)

@@ -13,6 +13,8 @@ floods, signals) fast and deterministic. The prompt is a small script, one comma
     stderr TEXT              a line on stderr
     crash CODE               exit at once with CODE, no result line
     ignore-sigterm           SIGTERM does nothing from now on
+    deaf                     interrupt requests are ignored from now on
+    env NAME                 an assistant text block with the value of environment variable NAME (or <unset>)
     spawn-child              start a grandchild `sleep 300` in the same process group, print its pid
     error TEXT               end with an is_error result (like an API failure)
 
@@ -31,7 +33,7 @@ import time
 import uuid
 
 inbox: queue.Queue = queue.Queue()
-SESSION = os.environ.get("FAKE_SESSION_ID") or str(uuid.uuid4())
+SESSION = sys.argv[sys.argv.index("--resume") + 1] if "--resume" in sys.argv else str(uuid.uuid4())
 MESSAGE_USAGE = {"input_tokens": 10, "output_tokens": 5}
 
 
@@ -51,13 +53,14 @@ class Interrupted(Exception):
 
 
 pending: list[str] = []
+deaf = False
 
 
 def handle_control(message: dict | None) -> dict | None:
     """Returns the message unless it is an interrupt, which ends the turn like the real CLI does."""
     if message is None:
         sys.exit(0)
-    if message.get("type") == "control_request" and message["request"].get("subtype") == "interrupt":
+    if message.get("type") == "control_request" and message["request"].get("subtype") == "interrupt" and not deaf:
         for request_id in pending:
             emit({"type": "control_cancel_request", "request_id": request_id})
         pending.clear()
@@ -183,6 +186,7 @@ def result(is_error: bool, text: str, subtype: str = "success") -> None:
 
 
 def run_script(prompt: str) -> None:
+    global deaf
     last_text = "done"
     for line in prompt.splitlines():
         command, _, rest = line.strip().partition(" ")
@@ -202,7 +206,12 @@ def run_script(prompt: str) -> None:
             for _ in range(lines):
                 assistant_text("x" * size)
         elif command == "bigline":
-            emit({"type": "assistant", "message": {"id": "msg_big", "content": [{"type": "text", "text": "y" * int(rest)}]}})
+            emit(
+                {
+                    "type": "assistant",
+                    "message": {"id": "msg_big", "content": [{"type": "text", "text": "y" * int(rest)}]},
+                }
+            )
         elif command == "nonjson":
             sys.stdout.write(rest + "\n")
             sys.stdout.flush()
@@ -213,6 +222,10 @@ def run_script(prompt: str) -> None:
             os._exit(int(rest))
         elif command == "ignore-sigterm":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        elif command == "deaf":
+            deaf = True
+        elif command == "env":
+            assistant_text(os.environ.get(rest, "<unset>"))
         elif command == "spawn-child":
             child = subprocess.Popen(["sleep", "300"])
             assistant_text(f"child {child.pid}")

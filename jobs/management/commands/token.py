@@ -15,6 +15,7 @@ class Command(BaseCommand):
         create = sub.add_parser("create", help="make a token and print it (it is not shown again)")
         create.add_argument("name")
         sub.add_parser("list", help="list tokens (never their secret)")
+        sub.add_parser("ensure", help="first run: make a token named 'default' if there is no active token")
         revoke = sub.add_parser("revoke", help="stop a token from working")
         revoke.add_argument("name")
 
@@ -27,6 +28,18 @@ class Command(BaseCommand):
                 raise CommandError(f"a token named {name!r} exists; revoke it or pick another name")
             _, token = create_token(name)
             self.stderr.write(f"Token {name!r} created. It is shown once; keep it somewhere safe:")
+            self.stdout.write(token)
+        elif action == "ensure":
+            active = ApiToken.objects.filter(revoked_at__isnull=True)
+            if active.exists():
+                names = ", ".join(active.values_list("name", flat=True))
+                self.stderr.write(
+                    f"API tokens exist ({names}); each was shown once when made. "
+                    "A new one: python manage.py token create NAME"
+                )
+                return
+            _, token = create_token("default")
+            self.stderr.write("First run: made the API token 'default'. It is shown once; keep it somewhere safe:")
             self.stdout.write(token)
         elif action == "list":
             for row in ApiToken.objects.order_by("created_at"):

@@ -1,0 +1,266 @@
+"""The REST API without a supervisor: shapes, auth, and every kind of bad input getting a clear answer."""
+
+import base64
+import json
+import os
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.utils import timezone
+
+from jobs import actions
+from jobs.auth import create_token
+from jobs.models import ApiToken, PermissionRequest, Status, Task
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def token(db) -> str:
+    return create_token("tests")[1]
+
+
+@pytest.fixture
+def api(token, work_root):
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    def call(method: str, path: str, body=None, **headers):
+        if method == "get":
+            return client.get(path, body or {}, headers=headers)
+        data = body if isinstance(body, str) else json.dumps(body)
+        return client.post(path, data, content_type="application/json", headers=headers)
+
+    return call
+
+
+def create(api, **body):
+    return api("post", "/v1/task/create", {"prompt": "say hi", **body})
+
+
+def test_health_is_open_and_says_little(client, db):
+    response = client.get("/health")
+    assert response.status_code == 200
+    assert response.json()["status"] == "ok" and response.json()["database"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "header",
+    [None, "Bearer brg_wrong-token-that-is-long-enough", "Bearer ", "Basic !!!", "Token abc"],
+)
+def test_missing_or_wrong_token_is_401(client, token, header):
+    headers = {"Authorization": header} if header else {}
+    response = client.get("/v1/tasks", headers=headers)
+    assert response.status_code == 401
+    assert "Bearer" in response.json()["error"] and response["WWW-Authenticate"].startswith("Bearer")
+    assert client.get("/v1/task/output/stream?task_id=x", headers=headers).status_code == 401
+
+
+def test_basic_auth_with_the_token_as_password(client, token):
+    basic = base64.b64encode(f"hermes:{token}".encode()).decode()
+    assert client.get("/v1/tasks", headers={"Authorization": f"Basic {basic}"}).status_code == 200
+
+
+def test_revoked_token_stops_working(client, token):
+    assert client.get("/v1/tasks", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    ApiToken.objects.update(revoked_at=timezone.now())
+    assert client.get("/v1/tasks", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+
+
+def test_tokens_are_long_random_and_stored_hashed(db):
+    row, token = create_token("a")
+    assert len(token) >= 4 + 43  # prefix + 32 random bytes in url-safe base64: 256 bits
+    assert token not in (row.hash, row.prefix) and len(row.hash) == 64
+    assert create_token("b")[1] != token
+
+
+def test_token_command_prints_the_token_alone_on_the_last_line(db, capsys, client):
+    call_command("token", "create", "cli")
+    token = capsys.readouterr().out.strip().splitlines()[-1]
+    assert client.get("/v1/tasks", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    call_command("token", "revoke", "cli")
+    assert client.get("/v1/tasks", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+
+
+def test_create_returns_id_and_the_queued_task_is_visible(api, work_root):
+    response = create(api, cwd=str(work_root), model="opus", max_turns=3)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "queued"
+    output = api("get", "/v1/task/output", {"task_id": body["task_id"]}).json()
+    assert output == {
+        "retrieval_status": "pending",
+        "task": {
+            "id": body["task_id"],
+            "status": "queued",
+            "result": "",
+            "error": "",
+            "exitCode": None,
+            "usage": {
+                "total_cost_usd": None,
+                "input_tokens": None,
+                "output_tokens": None,
+                "cache_creation_input_tokens": None,
+                "cache_read_input_tokens": None,
+            },
+        },
+    }
+    detail = api("get", "/v1/task", {"task_id": body["task_id"]}).json()
+    assert detail["cwd"] == str(work_root) and detail["options"] == {"model": "opus", "max_turns": 3}
+    assert detail["created_by"] == "token:tests" and detail["source"] == "api"
+    listed = api("get", "/v1/tasks", {"status": "queued"}).json()
+    assert [t["id"] for t in listed["tasks"]] == [body["task_id"]]
+    assert api("get", "/v1/tasks", {"status": "done"}).json()["count"] == 0
+
+
+def test_default_cwd_is_used_when_none_is_given(api, work_root):
+    task_id = create(api).json()["task_id"]
+    assert api("get", "/v1/task", {"task_id": task_id}).json()["cwd"] == str(work_root)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        ("{not json", 400, "not valid JSON"),
+        ({}, 422, "prompt: Field required"),
+        ({"prompt": "   "}, 400, "prompt is empty"),
+        ({"prompt": 42}, 422, "prompt"),
+        ({"prompt": "x", "permission_mode": "yolo"}, 422, "permission_mode"),
+        ({"prompt": "x", "max_turns": "many"}, 422, "max_turns"),
+        ({"prompt": "x", "timeout_s": 0}, 422, "timeout_s"),
+        ({"prompt": "x", "surprise": 1}, 422, "surprise: Extra inputs are not permitted"),
+        ({"prompt": "x", "agent": "gpt"}, 400, "unknown agent 'gpt'"),
+        ({"prompt": "x", "cwd": "relative/path"}, 400, "absolute path"),
+    ],
+)
+def test_bad_create_requests(api, body, status, words):
+    response = api("post", "/v1/task/create", body)
+    assert response.status_code == status, response.content
+    assert words in response.json()["error"]
+    assert Task.objects.count() == 0
+
+
+def test_prompt_over_the_size_cap(api, settings):
+    settings.BRIDGE_MAX_PROMPT_BYTES = 100
+    response = create(api, prompt="x" * 101)
+    assert response.status_code == 400 and "BRIDGE_MAX_PROMPT_BYTES" in response.json()["error"]
+
+
+def test_cwd_confinement(api, work_root, tmp_path):
+    (work_root / "project").mkdir()
+    (work_root / "file.txt").write_text("x")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (work_root / "escape").symlink_to(outside)
+    cases = {
+        str(work_root / "missing"): (400, "does not exist"),
+        str(work_root / "file.txt"): (400, "not a directory"),
+        str(outside): (403, "outside the allowed roots"),
+        str(work_root / "project" / ".." / ".." / "outside"): (403, "outside the allowed roots"),
+        str(work_root / "escape"): (403, "outside the allowed roots"),
+        "/": (403, "outside the allowed roots"),
+    }
+    for cwd, (status, words) in cases.items():
+        response = create(api, cwd=cwd)
+        assert response.status_code == status, cwd
+        assert words in response.json()["error"], cwd
+    assert create(api, cwd=str(outside)).json()["allowed_roots"] == [str(work_root)]
+    assert create(api, cwd=str(work_root / "project")).status_code == 200
+    assert Task.objects.count() == 1
+
+
+def test_queue_full_is_429(api, settings):
+    settings.BRIDGE_MAX_QUEUED = 2
+    assert [create(api).status_code for _ in range(2)] == [200, 200]
+    response = create(api)
+    assert response.status_code == 429 and "BRIDGE_MAX_QUEUED=2" in response.json()["error"]
+
+
+@pytest.mark.parametrize("task_id", ["not-a-uuid", "00000000-0000-0000-0000-000000000000", ""])
+def test_unknown_or_malformed_task_id_is_404(api, task_id):
+    for path in ("/v1/task", "/v1/task/output", "/v1/task/events"):
+        response = api("get", path, {"task_id": task_id})
+        assert response.status_code == 404, path
+        assert "no task" in response.json()["error"]
+    assert api("post", "/v1/task/cancel", {"task_id": task_id}).status_code == 404
+    assert api("post", "/v1/task/permission", {"task_id": task_id, "behavior": "allow"}).status_code == 404
+
+
+def test_cancel_queued_then_again(api):
+    task_id = create(api).json()["task_id"]
+    response = api("post", "/v1/task/cancel", {"task_id": task_id, "reason": "no longer needed"})
+    assert response.status_code == 200 and response.json()["status"] == "cancelled"
+    again = api("post", "/v1/task/cancel", {"task_id": task_id})
+    assert again.status_code == 409 and "already ended (cancelled)" in again.json()["error"]
+    output = api("get", "/v1/task/output", {"task_id": task_id}).json()
+    assert output["retrieval_status"] == "success" and output["task"]["error"] == "no longer needed"
+
+
+def running_task_with_requests(n: int) -> Task:
+    task = actions.create_task(actions.TaskSpec(prompt="say hi"))
+    Task.objects.filter(pk=task.pk).update(status=Status.RUNNING)
+    for i in range(n):
+        actions.record_permission_request(task, request_id=f"r{i}", tool_name="Bash", tool_input={"command": f"c{i}"})
+    return task
+
+
+def test_permission_decisions(api):
+    task = running_task_with_requests(3)
+    task_id = str(task.public_id)
+    pending = api("get", "/v1/permissions", {"task_id": task_id}).json()["permissions"]
+    assert [p["request_id"] for p in pending] == ["r0", "r1", "r2"]
+    assert [p["request_id"] for p in api("get", "/v1/task", {"task_id": task_id}).json()["pending_permissions"]] == [
+        "r0",
+        "r1",
+        "r2",
+    ]
+
+    bad = api("post", "/v1/task/permission", {"task_id": task_id, "behavior": "maybe"})
+    assert bad.status_code == 422 and "behavior" in bad.json()["error"]
+    bad_input = api("post", "/v1/task/permission", {"task_id": task_id, "behavior": "allow", "updatedInput": [1]})
+    assert bad_input.status_code == 422
+
+    by_id = api("post", "/v1/task/permission", {"task_id": task_id, "behavior": "deny", "request_id": "r2"}).json()
+    assert (by_id["request_id"], by_id["status"], by_id["decided_via"]) == ("r2", "denied", "api")
+    oldest = api(
+        "post", "/v1/task/permission", {"task_id": task_id, "behavior": "allow", "updatedInput": {"command": "safe"}}
+    ).json()
+    assert (oldest["request_id"], oldest["updated_input"]) == ("r0", {"command": "safe"})
+
+    twice = api("post", "/v1/task/permission", {"task_id": task_id, "behavior": "allow", "request_id": "r0"})
+    assert twice.status_code == 409 and "already allowed" in twice.json()["error"]
+    unknown = api("post", "/v1/task/permission", {"task_id": task_id, "behavior": "allow", "request_id": "zz"})
+    assert unknown.status_code == 404
+    assert PermissionRequest.objects.get(request_id="r0").updated_input == {"command": "safe"}
+
+
+def test_decision_on_a_finished_task_is_409(api):
+    task = running_task_with_requests(1)
+    actions.finish_task(task, actions.Outcome(status=Status.DONE, exit_code=0))
+    assert PermissionRequest.objects.get(task=task).status == "cancelled"
+    response = api("post", "/v1/task/permission", {"task_id": str(task.public_id), "behavior": "allow"})
+    assert response.status_code == 409 and "has ended" in response.json()["error"]
+
+
+def test_events_since(api):
+    task = running_task_with_requests(2)
+    body = api("get", "/v1/task/events", {"task_id": str(task.public_id), "since": 1}).json()
+    assert [e["seq"] for e in body["events"]] == [2, 3] and body["last_seq"] == 3
+    assert [e["kind"] for e in body["events"]] == ["permission_request", "permission_request"]
+    assert api("get", "/v1/task/events", {"task_id": str(task.public_id), "since": -1}).status_code == 422
+
+
+def test_openapi_schema_is_served(api):
+    schema = api("get", "/v1/openapi.json").json()
+    assert "/v1/task/create" in schema["paths"] and "/v1/task/permission" in schema["paths"]
+
+
+def test_secret_key_is_not_in_the_child_environment_by_default(settings, monkeypatch):
+    from jobs.runners.base import child_env
+
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "s")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    monkeypatch.setenv("CLAUDE_CODE_X", "1")
+    env = child_env()
+    assert "DJANGO_SECRET_KEY" not in env and env["LC_ALL"] == "C.UTF-8" and env["CLAUDE_CODE_X"] == "1"
+    assert env["PATH"] == os.environ["PATH"]

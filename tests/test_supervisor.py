@@ -1,0 +1,310 @@
+"""The supervisor with the fake stream-json agent: queue, caps, stops, limits, crashes and orphans."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jobs import actions
+from jobs.models import AgentSession, PermissionRequest, Status, Task, TaskEvent
+from tests.conftest import has_event, make_task, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def assert_gone(pid: int) -> None:
+    try:
+        psutil.Process(pid).wait(timeout=5)
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.TimeoutExpired:
+        pytest.fail(f"process {pid} is still alive")
+
+
+def kinds(task: Task) -> list[str]:
+    return [e.kind for e in actions.events_since(task)]
+
+
+def test_plain_run_records_result_usage_session_and_gap_free_events(supervisor):
+    task = wait_for(make_task("say hello\nstderr a warning\nsay all done"))
+    assert task.status == Status.DONE
+    assert task.exit_code == 0
+    assert task.result == "all done"
+    assert (task.cost_usd, task.input_tokens, task.output_tokens) == (0.0123, 100, 50)
+    assert (task.cache_creation_input_tokens, task.cache_read_input_tokens, task.num_turns) == (20, 30, 1)
+    assert "a warning" in task.stderr_tail
+    assert task.session is not None and task.session.cwd == task.cwd
+    seqs = list(TaskEvent.objects.filter(task=task).values_list("seq", flat=True))
+    assert seqs == list(range(1, task.last_seq + 1))
+    assert kinds(task)[:4] == ["status", "status", "spawned", "init"]
+    assert [e.data["text"] for e in actions.events_since(task) if e.kind == "text"] == ["hello", "all done"]
+    assert kinds(task)[-1] == "status" and actions.events_since(task)[-1].data["status"] == "done"
+
+
+def test_fifo_order_and_concurrency_cap(supervisor, settings):
+    supervisor.capacity = 2
+    tasks = [make_task(f"sleep 0.6\nsay task {i}") for i in range(5)]
+    for task in tasks:
+        wait_for(task)
+    tasks = [Task.objects.get(pk=t.pk) for t in tasks]
+    assert all(t.status == Status.DONE for t in tasks)
+    starts = [t.started_at for t in tasks]
+    assert starts == sorted(starts), "tasks must start in the order they were queued"
+    moments = sorted([(t.started_at, 1) for t in tasks] + [(t.finished_at, -1) for t in tasks])
+    running, peak = 0, 0
+    for _, step in moments:
+        running += step
+        peak = max(peak, running)
+    assert peak == 2, f"at most 2 tasks may run at once, and 2 should have (peak {peak})"
+
+
+def test_cancel_running_task_interrupts_and_keeps_output(supervisor):
+    task = make_task("say started\nsleep 30\nsay never")
+    wait_for(task, has_event("text", text="started"))
+    actions.request_cancel(task, reason="changed my mind", by="test")
+    task = wait_for(task)
+    assert task.status == Status.CANCELLED
+    assert task.error == "changed my mind"
+    assert "text" in kinds(task) and "stopping" in kinds(task)
+    result = [e.data for e in actions.events_since(task) if e.kind == "result"]
+    assert result and result[0]["subtype"] == "error_during_execution", "the interrupt should end the turn"
+    assert "signal" not in kinds(task), "a cooperative agent needs no signal"
+
+
+def test_agent_that_ignores_interrupt_and_sigterm_is_killed(supervisor):
+    task = make_task("deaf\nignore-sigterm\nspawn-child\nsay ready\nsleep 60")
+    wait_for(task, has_event("text", text="ready"))
+    child_pid = int(next(e.data["text"] for e in actions.events_since(task) if e.kind == "text").split()[1])
+    actions.request_cancel(task)
+    task = wait_for(task)
+    assert task.status == Status.CANCELLED
+    signals = [e.data["signal"] for e in actions.events_since(task) if e.kind == "signal"]
+    assert signals == ["SIGTERM", "SIGKILL"]
+    assert task.exit_code == -signal.SIGKILL
+    assert_gone(child_pid)  # the whole process group went down, the agent's own children too
+
+
+def test_timeout(supervisor):
+    task = wait_for(make_task("say working\nsleep 30", timeout_s=1))
+    assert task.status == Status.TIMEOUT
+    assert "timeout of 1 s" in task.error
+    assert "working" in [e.data.get("text") for e in actions.events_since(task)]
+
+
+def test_cancel_queued_task_leaves_the_queue(transactional_db, work_root):
+    task = make_task("say hi")
+    task = actions.request_cancel(task, reason="not needed")
+    assert task.status == Status.CANCELLED and task.finished_at is not None
+    assert actions.claim_next_task(actions.register_worker(1)) is None
+    with pytest.raises(actions.Conflict):
+        actions.request_cancel(task)
+
+
+def test_crash_without_result_is_failed_with_exit_code_and_stderr(supervisor):
+    task = wait_for(make_task("say partial work\nstderr boom: something broke\ncrash 3"))
+    assert task.status == Status.FAILED
+    assert task.exit_code == 3
+    assert "without a result line" in task.error and "boom: something broke" in task.error
+    assert "partial work" in [e.data.get("text") for e in actions.events_since(task)]
+
+
+def test_error_result_is_failed_with_the_agents_words(supervisor):
+    task = wait_for(make_task("error API Error: 500 overloaded"))
+    assert task.status == Status.FAILED
+    assert task.error == "API Error: 500 overloaded"
+
+
+def test_non_json_line_is_kept_and_run_continues(supervisor):
+    task = wait_for(make_task("nonjson this is not json {\nsay fine"))
+    assert task.status == Status.DONE
+    assert {"text": "this is not json {"} in [e.data for e in actions.events_since(task) if e.kind == "stdout"]
+
+
+def test_output_flood_is_capped_with_one_truncation_event(supervisor, settings):
+    settings.BRIDGE_MAX_OUTPUT_BYTES = 20_000
+    task = wait_for(make_task("flood 300 400\nsay end"))
+    assert task.status == Status.DONE
+    assert task.result == "end"
+    truncations = [e for e in actions.events_since(task) if e.kind == "truncated"]
+    assert len(truncations) == 1 and "BRIDGE_MAX_OUTPUT_BYTES" in truncations[0].data["reason"]
+    assert kinds(task).count("text") < 60
+    assert "result" in kinds(task)
+
+
+def test_oversized_line_is_cut_and_reading_goes_on(supervisor, settings):
+    settings.BRIDGE_MAX_LINE_BYTES = 4096
+    task = wait_for(make_task("bigline 100000\nsay after"))
+    assert task.status == Status.DONE and task.result == "after"
+    cut = next(e for e in actions.events_since(task) if e.kind == "truncated")
+    assert cut.data["bytes"] > 100_000 and len(cut.data["head"]) <= 2000
+
+
+def test_missing_executable_fails_clearly(supervisor, settings):
+    settings.BRIDGE_CLAUDE_BIN = "/nonexistent/claude"
+    task = wait_for(make_task("say hi"))
+    assert task.status == Status.FAILED
+    assert "/nonexistent/claude" in task.error and "BRIDGE_CLAUDE_BIN" in task.error
+
+
+def test_child_environment_is_allow_listed(supervisor, settings, monkeypatch):
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "top-secret")
+    monkeypatch.setenv("DATABASE_URL", "postgres://secret")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("EXTRA_ALLOWED", "yes")
+    settings.BRIDGE_PASS_ENV = ["EXTRA_ALLOWED"]
+    script = "\n".join(f"env {n}" for n in ("DJANGO_SECRET_KEY", "DATABASE_URL", "ANTHROPIC_BASE_URL", "EXTRA_ALLOWED"))
+    task = wait_for(make_task(script))
+    seen = [e.data["text"] for e in actions.events_since(task) if e.kind == "text"]
+    assert seen == ["<unset>", "<unset>", "http://127.0.0.1:9", "yes"]
+
+
+def test_resume_passes_session_and_links_the_same_agent_session(supervisor):
+    first = wait_for(make_task("say one"))
+    session_id = first.session.session_id
+    second = wait_for(make_task("say two", resume_session_id=session_id))
+    assert second.status == Status.DONE
+    assert second.session_id == first.session_id
+    spawned = next(e for e in actions.events_since(second) if e.kind == "spawned")
+    assert spawned.data["argv"][-2:] == ["--resume", session_id]
+    assert AgentSession.objects.get(pk=first.session_id).total_cost_usd == pytest.approx(0.0246)
+
+
+# --- permissions -------------------------------------------------------------------------------------------
+
+
+def ask(command: str) -> str:
+    return "ask Bash " + json.dumps({"command": command})
+
+
+def test_permission_allow_runs_the_tool(supervisor, work_root):
+    task = make_task(ask("touch allowed.txt") + "\nsay done")
+    wait_for(task, has_event("permission_request"))
+    perm = actions.decide_permission(task, behavior="allow", by="tester")
+    assert wait_for(task).status == Status.DONE
+    assert (work_root / "allowed.txt").exists()
+    perm.refresh_from_db()
+    assert perm.delivered_at is not None and perm.decided_by == "tester"
+    with pytest.raises(actions.Conflict):
+        actions.decide_permission(task, behavior="deny", request_id=perm.request_id)
+
+
+def test_permission_deny_sends_the_message(supervisor, work_root):
+    task = make_task(ask("touch denied.txt") + "\nsay done")
+    wait_for(task, has_event("permission_request"))
+    actions.decide_permission(task, behavior="deny", message="not in this repo")
+    task = wait_for(task)
+    assert not (work_root / "denied.txt").exists()
+    results = [e.data for e in actions.events_since(task) if e.kind == "tool_result"]
+    assert results == [{"tool_use_id": results[0]["tool_use_id"], "is_error": True, "content": "not in this repo"}]
+
+
+def test_permission_allow_with_edited_input_runs_the_edit(supervisor, work_root):
+    task = make_task(ask("touch original.txt") + "\nsay done")
+    wait_for(task, has_event("permission_request"))
+    actions.decide_permission(task, behavior="allow", updated_input={"command": "touch edited.txt"})
+    wait_for(task)
+    assert (work_root / "edited.txt").exists() and not (work_root / "original.txt").exists()
+
+
+def test_two_pending_requests_by_id_and_oldest_first(supervisor, work_root):
+    first, second = json.dumps({"command": "touch one.txt"}), json.dumps({"command": "touch two.txt"})
+    task = make_task(f"ask2 Bash '{first}' '{second}'\nsay done")
+    wait_for(task, lambda t: len(actions.pending_permissions(t)) == 2)
+    older, newer = actions.pending_permissions(task)
+    assert older.input == {"command": "touch one.txt"}
+    actions.decide_permission(task, behavior="deny", request_id=newer.request_id, message="not two")
+    decided = actions.decide_permission(task, behavior="allow")
+    assert decided.request_id == older.request_id
+    assert wait_for(task).status == Status.DONE
+    assert (work_root / "one.txt").exists() and not (work_root / "two.txt").exists()
+
+
+def test_permission_expires_and_is_denied_with_a_reason(supervisor, settings, work_root):
+    settings.BRIDGE_PERMISSION_TIMEOUT_S = 1
+    task = wait_for(make_task(ask("touch late.txt") + "\nsay done"))
+    perm = PermissionRequest.objects.get(task=task)
+    assert perm.status == "expired" and perm.decided_via == "timeout"
+    assert not (work_root / "late.txt").exists()
+    results = [e.data for e in actions.events_since(task) if e.kind == "tool_result"]
+    assert "BRIDGE_PERMISSION_TIMEOUT_S" in results[0]["content"]
+
+
+def test_bypass_mode_allows_as_policy(supervisor, work_root):
+    task = wait_for(make_task(ask("touch bypassed.txt") + "\nsay done", permission_mode="bypass"))
+    perm = PermissionRequest.objects.get(task=task)
+    assert (perm.status, perm.decided_via) == ("allowed", "policy")
+    assert (work_root / "bypassed.txt").exists()
+
+
+def test_cancel_with_pending_permission_cancels_the_request(supervisor):
+    task = make_task(ask("touch never.txt"))
+    wait_for(task, has_event("permission_request"))
+    actions.request_cancel(task)
+    task = wait_for(task)
+    assert task.status == Status.CANCELLED
+    perm = PermissionRequest.objects.get(task=task)
+    assert perm.status == "cancelled"
+    with pytest.raises(actions.Conflict):
+        actions.decide_permission(task, behavior="allow")
+
+
+# --- a supervisor that dies, and one that is told to stop -------------------------------------------------
+
+
+def supervise_process(settings, extra_env: dict | None = None) -> subprocess.Popen:
+    """`manage.py supervise` on the test database, as its own process."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{settings.DATABASES['default']['NAME']}",
+        "BRIDGE_CLAUDE_BIN": settings.BRIDGE_CLAUDE_BIN,
+        "BRIDGE_ALLOWED_ROOTS": str(settings.BRIDGE_ALLOWED_ROOTS[0]),
+        "BRIDGE_KILL_GRACE_S": "1",
+        **(extra_env or {}),
+    }
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), "supervise"], env=env, cwd=REPO, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_killed_supervisor_leaves_orphans_that_the_next_one_marks(transactional_db, work_root, fake_agent, settings):
+    proc = supervise_process(settings)
+    try:
+        task = wait_for(make_task("say before the crash\nsleep 60"), has_event("text", text="before the crash"))
+        proc.kill()
+        proc.wait()
+        assert_gone(task.pid)  # the parent-death signal takes the agent down with its supervisor
+    finally:
+        proc.kill()
+    assert Task.objects.get(pk=task.pk).status == Status.RUNNING
+    from jobs.supervisor import Supervisor
+
+    sup = Supervisor()
+    sup.worker = actions.register_worker(1)
+    sup.reap_orphans()
+    task.refresh_from_db()
+    assert task.status == Status.ORPHANED
+    assert "stopped while the task was running" in task.error
+    assert "before the crash" in [e.data.get("text") for e in actions.events_since(task)]
+
+
+def test_sigterm_drains_then_cancels_with_a_reason(transactional_db, work_root, fake_agent, settings):
+    proc = supervise_process(settings, {"BRIDGE_DRAIN_S": "2"})
+    try:
+        quick = make_task("sleep 0.5\nsay quick")
+        slow = make_task("say slow started\nsleep 60")
+        wait_for(slow, has_event("text", text="slow started"))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    quick.refresh_from_db()
+    slow.refresh_from_db()
+    assert quick.status == Status.DONE
+    assert slow.status == Status.CANCELLED
+    assert "BRIDGE_DRAIN_S=2" in slow.error
