@@ -257,11 +257,18 @@ def test_cancel_with_pending_permission_cancels_the_request(supervisor):
 # --- a supervisor that dies, and one that is told to stop -------------------------------------------------
 
 
+def database_url(db: dict) -> str:
+    """The test database as a DATABASE_URL, for a `manage.py` subprocess."""
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
 def supervise_process(settings, extra_env: dict | None = None) -> subprocess.Popen:
     """`manage.py supervise` on the test database, as its own process."""
     env = {
         **os.environ,
-        "DATABASE_URL": f"sqlite:///{settings.DATABASES['default']['NAME']}",
+        "DATABASE_URL": database_url(settings.DATABASES["default"]),
         "BRIDGE_CLAUDE_BIN": settings.BRIDGE_CLAUDE_BIN,
         "BRIDGE_ALLOWED_ROOTS": str(settings.BRIDGE_ALLOWED_ROOTS[0]),
         "BRIDGE_KILL_GRACE_S": "1",

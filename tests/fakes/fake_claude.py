@@ -15,6 +15,7 @@ floods, signals) fast and deterministic. The prompt is a small script, one comma
     ignore-sigterm           SIGTERM does nothing from now on
     deaf                     interrupt requests are ignored from now on
     env NAME                 an assistant text block with the value of environment variable NAME (or <unset>)
+    stamp COUNT INTERVAL     COUNT text blocks "stamp <time.time()>", INTERVAL seconds apart (for benchmarks)
     spawn-child              start a grandchild `sleep 300` in the same process group, print its pid
     error TEXT               end with an is_error result (like an API failure)
 
@@ -224,6 +225,11 @@ def run_script(prompt: str) -> None:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         elif command == "deaf":
             deaf = True
+        elif command == "stamp":
+            count, interval = rest.split()
+            for _ in range(int(count)):
+                assistant_text(f"stamp {time.time()!r}")
+                interruptible_sleep(float(interval))
         elif command == "env":
             assistant_text(os.environ.get(rest, "<unset>"))
         elif command == "spawn-child":
