@@ -371,14 +371,15 @@ def record_permission_request(
             decided_by="permission_mode=bypass" if bypass else "",
             decided_at=now if bypass else None,
         )
-        events = [("permission_request", _permission_data(perm))]
+        events = [("permission_request", permission_data(perm))]
         if bypass:
-            events.append(("permission_decision", _permission_data(perm)))
+            events.append(("permission_decision", permission_data(perm)))
         append_events(task, events)
     return perm
 
 
-def _permission_data(perm: PermissionRequest) -> dict:
+def permission_data(perm: PermissionRequest) -> dict:
+    """A permission request as events and every adapter show it."""
     return {
         "request_id": perm.request_id,
         "tool_name": perm.tool_name,
@@ -448,7 +449,7 @@ def decide_permission(
         if not won:
             raise Conflict(f"permission request {perm.request_id} was answered meanwhile; nothing was sent")
         perm.refresh_from_db()
-        append_events(task, [("permission_decision", _permission_data(perm))])
+        append_events(task, [("permission_decision", permission_data(perm))])
     return perm
 
 
@@ -469,7 +470,7 @@ def expire_permissions(task: Task) -> list[PermissionRequest]:
             )
             if won:
                 perm.refresh_from_db()
-                append_events(task, [("permission_decision", _permission_data(perm))])
+                append_events(task, [("permission_decision", permission_data(perm))])
                 expired.append(perm)
     return expired
 
@@ -501,7 +502,7 @@ def cancel_permission(task: Task, request_id: str, reason: str) -> None:
             status=PermissionStatus.CANCELLED, message=reason, decided_via=DecidedVia.AGENT, decided_at=timezone.now()
         )
         perm.refresh_from_db()
-        append_events(task, [("permission_decision", _permission_data(perm))])
+        append_events(task, [("permission_decision", permission_data(perm))])
 
 
 def cancel_open_permissions(task: Task, reason: str) -> None:
@@ -518,7 +519,7 @@ def cancel_open_permissions(task: Task, reason: str) -> None:
         )
         for perm in open_requests:
             perm.refresh_from_db()
-        append_events(task, [("permission_decision", _permission_data(p)) for p in open_requests])
+        append_events(task, [("permission_decision", permission_data(p)) for p in open_requests])
 
 
 def queue_counts() -> dict[str, int]:

@@ -140,16 +140,8 @@ def task_summary(task: Task) -> dict:
 def permission_out(perm: PermissionRequest) -> dict:
     return {
         "task_id": str(perm.task.public_id),
-        "request_id": perm.request_id,
-        "tool_name": perm.tool_name,
-        "input": perm.input,
-        "tool_use_id": perm.tool_use_id,
+        **actions.permission_data(perm),
         "suggestions": perm.suggestions,
-        "status": perm.status,
-        "updated_input": perm.updated_input,
-        "message": perm.message,
-        "decided_by": perm.decided_by,
-        "decided_via": perm.decided_via,
         "created_at": perm.created_at,
         "decided_at": perm.decided_at,
     }

@@ -30,7 +30,16 @@ def postgres_url() -> str:
 def test_supervisor_and_api_suites_pass_on_postgres(postgres_url):
     env = {**os.environ, "DATABASE_URL": postgres_url}
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_supervisor.py", "tests/test_api.py"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_supervisor.py",
+            "tests/test_api.py",
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,
