@@ -33,6 +33,7 @@ api = NinjaAPI(
     version="1",
     description="Hand work to a coding agent, follow it live, answer its permission questions, collect the evidence.",
     auth=TokenOrSession(),
+    docs_decorator=auth.token_or_login_required,
     urls_namespace="bridge-api",
 )
 
@@ -48,14 +49,7 @@ def on_bridge_error(request: HttpRequest, exc: BridgeError) -> HttpResponse:
 
 @api.exception_handler(AuthenticationError)
 def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    response = error_response(
-        request,
-        "authentication required: send 'Authorization: Bearer <token>' (make a token with "
-        "'python manage.py token create NAME')",
-        401,
-    )
-    response["WWW-Authenticate"] = 'Bearer realm="bridge"'
-    return response
+    return auth.unauthorized()
 
 
 @api.exception_handler(HttpError)

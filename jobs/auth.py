@@ -5,8 +5,10 @@ import binascii
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
+from functools import wraps
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
 from jobs.models import ApiToken
@@ -65,3 +67,27 @@ def authenticate(request: HttpRequest) -> str | None:
     if user is not None and user.is_authenticated:
         return f"user:{user.get_username()}"
     return None
+
+
+def unauthorized() -> JsonResponse:
+    response = JsonResponse(
+        {
+            "error": "authentication required: send 'Authorization: Bearer <token>' (make a token with "
+            "'python manage.py token create NAME') or log in"
+        },
+        status=401,
+    )
+    response["WWW-Authenticate"] = 'Bearer realm="bridge"'
+    return response
+
+
+def token_or_login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """For plain views (the API docs): a token or a logged-in user, else 401."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if authenticate(request) is None:
+            return unauthorized()
+        return view(request, *args, **kwargs)
+
+    return wrapper

@@ -84,9 +84,7 @@ def _error(message: str, status: int) -> JsonResponse:
 
 def _open_stream(request: HttpRequest) -> tuple[Task | None, int, JsonResponse | None]:
     if auth.authenticate(request) is None:
-        response = _error("authentication required: send 'Authorization: Bearer <token>'", 401)
-        response["WWW-Authenticate"] = 'Bearer realm="bridge"'
-        return None, 0, response
+        return None, 0, auth.unauthorized()
     raw_since = request.GET.get("since") or request.headers.get("Last-Event-ID") or "0"
     try:
         since = int(raw_since)

@@ -264,3 +264,11 @@ def test_secret_key_is_not_in_the_child_environment_by_default(settings, monkeyp
     env = child_env()
     assert "DJANGO_SECRET_KEY" not in env and env["LC_ALL"] == "C.UTF-8" and env["CLAUDE_CODE_X"] == "1"
     assert env["PATH"] == os.environ["PATH"]
+
+
+def test_api_docs_need_a_token_and_are_served_offline(client, token):
+    assert client.get("/v1/docs").status_code == 401
+    assert client.get("/v1/openapi.json").status_code == 401
+    page = client.get("/v1/docs", headers={"Authorization": f"Bearer {token}"})
+    assert page.status_code == 200
+    assert b"/static/ninja/swagger-ui-bundle.js" in page.content and b"cdn" not in page.content.lower()
