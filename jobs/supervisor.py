@@ -19,7 +19,7 @@ import time
 
 import psutil
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
 
 from jobs import actions, doorbell
 from jobs.actions import Outcome
@@ -366,14 +366,20 @@ class Supervisor:
             while not self._stop.is_set():
                 self._wake.clear()
                 self._forget_finished()
-                self._claim()
-                now = time.monotonic()
-                if now >= next_heartbeat:
-                    actions.heartbeat(self.worker)
-                    next_heartbeat = now + HEARTBEAT_S
-                if now >= next_scan:
-                    self.reap_orphans()
-                    next_scan = now + ORPHAN_SCAN_S
+                try:
+                    self._claim()
+                    now = time.monotonic()
+                    if now >= next_heartbeat:
+                        actions.heartbeat(self.worker)
+                        next_heartbeat = now + HEARTBEAT_S
+                    if now >= next_scan:
+                        self.reap_orphans()
+                        next_scan = now + ORPHAN_SCAN_S
+                except DatabaseError:
+                    # A busy or restarting database must not end the supervisor: running tasks go on, and
+                    # claiming resumes when the database answers again.
+                    log.exception("supervisor: database error; retrying")
+                    connection.close()
                 close_old_connections()
                 self._wake.wait(timeout=settings.BRIDGE_POLL_S)
             self._drain()
