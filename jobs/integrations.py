@@ -1,0 +1,258 @@
+"""Registering Bridge with other programs: the MCP server entry it registers, where they keep their configs, and
+writing those configs safely (backup first, atomic replace, refuse what does not parse)."""
+
+import difflib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+from django.conf import settings
+
+SERVER_NAME = "bridge"
+CLAUDE_DESKTOP_CONFIG = "claude_desktop_config.json"
+# Names that carry credentials are never copied into another program's config, whatever their prefix.
+SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
+# Besides every BRIDGE_* setting: the same database, channel layer and Hermes home as the server uses.
+SHARED_SETTINGS = ("DATABASE_URL", "REDIS_URL", "HERMES_HOME")
+# Executables the MCP process (or the supervisor it starts) runs, with the program looked up on PATH when unset:
+# Claude Desktop starts servers with a minimal PATH, so an absolute path is what makes them findable there.
+AGENT_BINARIES = {"BRIDGE_CLAUDE_BIN": "claude", "BRIDGE_HERMES_BIN": "hermes"}
+
+
+class ConfigError(Exception):
+    """A config file Bridge will not touch, with the reason in words."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path}: {reason}; left it untouched")
+        self.path = path
+        self.reason = reason
+
+
+# --- the server entry -------------------------------------------------------------------------------------
+
+
+def manage_py() -> Path:
+    return Path(settings.BASE_DIR) / "manage.py"
+
+
+def is_secret_name(name: str) -> bool:
+    return any(marker in name.upper() for marker in SECRET_MARKERS)
+
+
+def mcp_server_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The settings `manage.py mcp` needs to find this Bridge's data: other programs start it in a bare environment."""
+    env = {
+        "DJANGO_SETTINGS_MODULE": environ.get("DJANGO_SETTINGS_MODULE") or "bridge.settings",
+        "BRIDGE_DATA_DIR": str(settings.DATA_DIR),
+        "BRIDGE_ALLOWED_ROOTS": os.pathsep.join(str(Path(root).resolve()) for root in settings.BRIDGE_ALLOWED_ROOTS),
+    }
+    for name in sorted(environ):
+        if name.startswith("BRIDGE_") and name not in env and not is_secret_name(name) and environ[name]:
+            env[name] = environ[name]
+    for name in SHARED_SETTINGS:
+        if environ.get(name):
+            env[name] = environ[name]
+    for name, program in AGENT_BINARIES.items():
+        if name not in env:
+            found = shutil.which(program, path=environ.get("PATH", ""))
+            if found:
+                env[name] = found
+    return env
+
+
+def mcp_server_entry(environ: Mapping[str, str]) -> dict:
+    """The stdio entry other programs use to start Bridge's MCP server; the same shape for Claude Desktop and Hermes."""
+    return {
+        "command": sys.executable,
+        "args": [str(manage_py()), "mcp"],
+        "env": mcp_server_env(environ),
+    }
+
+
+def claude_code_command(entry: dict, platform: str = sys.platform) -> str:
+    """The `claude mcp add` line that registers the same server with Claude Code, for every project (user scope)."""
+    argv = ["claude", "mcp", "add", SERVER_NAME, "--scope", "user"]
+    for name, value in entry["env"].items():
+        argv += ["-e", f"{name}={value}"]
+    argv += ["--", entry["command"], *entry["args"]]
+    return subprocess.list2cmdline(argv) if platform == "win32" else shlex.join(argv)
+
+
+def credential_warnings(entry: dict) -> list[str]:
+    """A connection URL may embed a password; say so, since it is written into another program's config."""
+    return [
+        f"{name} contains a password; it is written into the config so the MCP process can connect"
+        for name, value in entry["env"].items()
+        if name.endswith("_URL") and urlsplit(value).password
+    ]
+
+
+# --- where Claude Desktop keeps its config ----------------------------------------------------------------
+
+
+def claude_desktop_places(home: Path, environ: Mapping[str, str], platform: str) -> list[Path]:
+    """Where Claude Desktop keeps its config on `platform`; the Microsoft Store one has a `Claude_*` pattern in it."""
+    if platform == "win32":
+        roaming = Path(environ.get("APPDATA") or home / "AppData" / "Roaming")
+        local = Path(environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
+        store = local / "Packages" / "Claude_*" / "LocalCache" / "Roaming" / "Claude"
+        return [roaming / "Claude" / CLAUDE_DESKTOP_CONFIG, store / CLAUDE_DESKTOP_CONFIG]
+    if platform == "darwin":
+        return [home / "Library" / "Application Support" / "Claude" / CLAUDE_DESKTOP_CONFIG]
+    config_home = Path(environ.get("XDG_CONFIG_HOME") or home / ".config")
+    return [config_home / "Claude" / CLAUDE_DESKTOP_CONFIG]
+
+
+def claude_desktop_configs(home: Path, environ: Mapping[str, str], platform: str) -> list[Path]:
+    """The config file of every Claude Desktop install found: where its Claude directory exists, file or not yet."""
+    found = []
+    for place in claude_desktop_places(home, environ, platform):
+        parts = place.parts
+        if any("*" in part for part in parts):
+            star = next(i for i, part in enumerate(parts) if "*" in part)
+            base = Path(*parts[:star])
+            directories = sorted(base.glob(str(Path(*parts[star:-1])))) if base.is_dir() else []
+        else:
+            directories = [place.parent]
+        found += [directory / place.name for directory in directories if directory.is_dir()]
+    return found
+
+
+# --- merging Bridge into a config -------------------------------------------------------------------------
+
+
+def merged_claude_desktop_config(path: Path, current: str | None, entry: dict) -> str:
+    """The config with Bridge under `mcpServers`, every other key and server as it was."""
+    config = {}
+    if current is not None and current.strip():
+        try:
+            config = json.loads(current)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(path, f"not valid JSON ({exc})") from None
+        if not isinstance(config, dict):
+            raise ConfigError(path, "the top level is not a JSON object")
+    servers = config.setdefault("mcpServers", {})
+    if not isinstance(servers, dict):
+        raise ConfigError(path, "'mcpServers' is not a JSON object")
+    servers[SERVER_NAME] = entry
+    return json.dumps(config, indent=2, ensure_ascii=False) + "\n"
+
+
+def has_yaml_comments(text: str | None) -> bool:
+    """Rewriting YAML drops comments; callers say so, and point at the backup that keeps them."""
+    return any(line.lstrip().startswith("#") for line in (text or "").splitlines())
+
+
+def merged_hermes_config(path: Path, current: str | None, entry: dict) -> str:
+    """The config with Bridge under `mcp_servers`. Comments are not kept (Hermes rewrites its config the same way);
+    the backup has them."""
+    config = {}
+    if current is not None and current.strip():
+        try:
+            config = yaml.safe_load(current)
+        except yaml.YAMLError as exc:
+            raise ConfigError(path, f"not valid YAML ({exc})") from None
+        if config is None:
+            config = {}
+        if not isinstance(config, dict):
+            raise ConfigError(path, "the top level is not a YAML mapping")
+    servers = config.get("mcp_servers")
+    if servers is None:
+        servers = config["mcp_servers"] = {}
+    if not isinstance(servers, dict):
+        raise ConfigError(path, "'mcp_servers' is not a YAML mapping")
+    servers[SERVER_NAME] = entry
+    return yaml.safe_dump(config, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+# --- writing files safely ---------------------------------------------------------------------------------
+
+
+def read_text_if_exists(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write a temp file beside `path`, fsync it, then rename it over `path`: a reader sees the old file or the new
+    one, never half of one. A symlink is followed, so it keeps pointing at the new content."""
+    path = path.resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as temp:
+            temp.write(text)
+            temp.flush()
+            os.fsync(temp.fileno())
+        if path.exists():
+            shutil.copymode(path, temp_name)
+        os.replace(temp_name, path)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    if os.name == "posix":
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+def backup(path: Path) -> Path:
+    """Copy `path` to `<name>.bak-<timestamp>` beside it; never over an earlier backup."""
+    path = path.resolve()
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    target = path.with_name(f"{path.name}.bak-{stamp}")
+    counter = 1
+    while target.exists():
+        target = path.with_name(f"{path.name}.bak-{stamp}-{counter}")
+        counter += 1
+    shutil.copy2(path, target)
+    return target
+
+
+@dataclass
+class FileChange:
+    """One file as it is and as it should be, so a command can show the change (`--print`) or make it."""
+
+    path: Path
+    current: str | None
+    new: str
+
+    @property
+    def changed(self) -> bool:
+        return self.current != self.new
+
+    def diff(self) -> str:
+        old_lines = (self.current or "").splitlines(keepends=True)
+        before = str(self.path) if self.current is not None else "/dev/null"
+        lines = difflib.unified_diff(old_lines, self.new.splitlines(keepends=True), before, str(self.path))
+        return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+    def apply(self) -> Path | None:
+        """Back up an existing file, then replace it atomically; returns the backup's path, if one was made."""
+        saved = backup(self.path) if self.current is not None else None
+        atomic_write(self.path, self.new)
+        return saved
+
+
+def show_or_apply(change: FileChange, dry_run: bool) -> str:
+    """Make the change (or, with `dry_run`, show it) and say what happened, in the words both commands print."""
+    if not change.changed:
+        return f"{change.path}: up to date; nothing to change"
+    if dry_run:
+        return f"{change.path}: would change as below (--print: nothing written)\n{change.diff()}"
+    saved = change.apply()
+    return f"{change.path}: " + (f"updated (the old file is in {saved})" if saved else "created")

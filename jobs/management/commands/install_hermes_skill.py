@@ -1,0 +1,92 @@
+"""`manage.py install_hermes_skill [--url URL] [--mcp] [--print]`: teach Hermes Agent to delegate to Claude Code
+through Bridge's REST API, and optionally register Bridge's MCP server with it."""
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.template.loader import render_to_string
+
+from jobs import integrations
+
+SKILL_NAME = "bridge-claude-code"
+SKILL_CATEGORY = "software-development"
+CATEGORY_DESCRIPTION = (
+    "---\ndescription: Skills for writing, reviewing and delegating software work, including to other coding agents.\n"
+    "---\n"
+)
+DEFAULT_URL = "http://127.0.0.1:8800"
+
+
+def hermes_home(home: Path, environ: Mapping[str, str]) -> Path:
+    return Path(environ.get("HERMES_HOME") or home / ".hermes").expanduser()
+
+
+def render_skill(url: str) -> str:
+    return render_to_string(
+        "hermes/bridge_skill.md",
+        {
+            "skill_name": SKILL_NAME,
+            "url": url,
+            "allowed_roots": ", ".join(f"`{Path(root).resolve()}`" for root in settings.BRIDGE_ALLOWED_ROOTS),
+            "default_cwd": Path(settings.BRIDGE_DEFAULT_CWD).resolve(),
+        },
+    )
+
+
+class Command(BaseCommand):
+    help = (
+        f"Write the Hermes skill '{SKILL_NAME}' (Bridge's REST API for delegating to Claude Code) under "
+        "$HERMES_HOME/skills; with --mcp also add Bridge's MCP server to $HERMES_HOME/config.yaml."
+    )
+    # Tests pass a temporary home and environment through call_command; the command line cannot.
+    stealth_options = ("home", "environ")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--url", default=DEFAULT_URL, help=f"where Hermes reaches Bridge (default {DEFAULT_URL})")
+        parser.add_argument(
+            "--mcp", action="store_true", help="also add Bridge's MCP server (stdio) to Hermes' mcp_servers"
+        )
+        parser.add_argument(
+            "--print", action="store_true", dest="dry_run", help="show the change for each file; write nothing"
+        )
+
+    def handle(self, *args, url: str, mcp: bool, dry_run: bool, **options):
+        if not url.startswith(("http://", "https://")):
+            raise CommandError(f"--url must start with http:// or https://, not {url!r}")
+        url = url.rstrip("/")
+        home = Path(options.get("home", Path.home()))
+        environ = options.get("environ", os.environ)
+        hermes = hermes_home(home, environ)
+        category = hermes / "skills" / SKILL_CATEGORY
+
+        skill_path = category / SKILL_NAME / "SKILL.md"
+        changes = [integrations.FileChange(skill_path, integrations.read_text_if_exists(skill_path), render_skill(url))]
+        description_path = category / "DESCRIPTION.md"
+        if not description_path.exists():
+            changes.append(integrations.FileChange(description_path, None, CATEGORY_DESCRIPTION))
+        entry = None
+        if mcp:
+            entry = integrations.mcp_server_entry(environ)
+            config_path = hermes / "config.yaml"
+            current = integrations.read_text_if_exists(config_path)
+            try:
+                new = integrations.merged_hermes_config(config_path, current, entry)
+            except integrations.ConfigError as exc:
+                raise CommandError(f"nothing was written: {exc}. Fix the file and run this again.") from None
+            changes.append(integrations.FileChange(config_path, current, new))
+            if new != current and integrations.has_yaml_comments(current):
+                self.stderr.write(f"note: the comments in {config_path} are not kept (the backup has them)")
+
+        for change in changes:
+            self.stdout.write(integrations.show_or_apply(change, dry_run))
+        if entry:
+            for warning in integrations.credential_warnings(entry):
+                self.stderr.write(f"note: {warning}")
+        if not dry_run:
+            self.stdout.write(
+                "Give Hermes the token without writing it into the skill: export BRIDGE_TOKEN=brg_... before starting "
+                f"it, or put BRIDGE_TOKEN=brg_... in {hermes / '.env'}. Start a new Hermes session to load the skill."
+            )

@@ -1,0 +1,220 @@
+"""`manage.py install_hermes_skill` on temporary homes: the skill matches the real API, configs are merged safely."""
+
+import json
+import re
+import sys
+from io import StringIO
+from pathlib import Path
+
+import pytest
+import yaml
+from django.conf import settings
+from django.core.management import CommandError, call_command
+from django.urls import resolve
+
+from jobs.api import CreateTaskIn, PermissionIn, TaskIdIn
+
+MANAGE_PY = str(Path(settings.BASE_DIR) / "manage.py")
+TOKEN = "brg_do_not_leak_this_token_value"
+# Every POST example in the skill must be a body its endpoint accepts (the schemas refuse unknown fields).
+BODY_SCHEMAS = {"/v1/task/create": CreateTaskIn, "/v1/task/permission": PermissionIn, "/v1/task/cancel": TaskIdIn}
+
+
+def install(home: Path, environ: dict, *args: str) -> str:
+    out, err = StringIO(), StringIO()
+    call_command("install_hermes_skill", *args, home=home, environ=environ, stdout=out, stderr=err)
+    return out.getvalue() + err.getvalue()
+
+
+def front_matter(text: str) -> tuple[dict, str]:
+    assert text.startswith("---\n")
+    head, body = text[4:].split("\n---\n", 1)
+    return yaml.safe_load(head), body
+
+
+def all_files(root: Path) -> dict[Path, str]:
+    return {path: path.read_text() for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def environ() -> dict:
+    return {"PATH": "", "BRIDGE_TOKEN": TOKEN}
+
+
+@pytest.fixture
+def hermes(home) -> Path:
+    return home / ".hermes"
+
+
+def skill_path(hermes: Path) -> Path:
+    return hermes / "skills" / "software-development" / "bridge-claude-code" / "SKILL.md"
+
+
+def test_the_skill_has_valid_front_matter(home, environ, hermes):
+    install(home, environ)
+
+    meta, body = front_matter(skill_path(hermes).read_text())
+    assert meta["name"] == "bridge-claude-code"
+    assert 20 < len(meta["description"]) <= 1024
+    assert meta["version"]
+    assert "claude-code" in meta["metadata"]["hermes"]["tags"]
+    assert meta["required_environment_variables"][0]["name"] == "BRIDGE_TOKEN"
+    assert body.lstrip().startswith("# ")
+    category, _ = front_matter((hermes / "skills" / "software-development" / "DESCRIPTION.md").read_text())
+    assert category["description"]
+    assert not (hermes / "config.yaml").exists(), "the MCP server is only registered with --mcp"
+
+
+def test_the_skill_names_every_endpoint_and_each_resolves(home, environ, hermes):
+    install(home, environ)
+    text = skill_path(hermes).read_text()
+
+    paths = set(re.findall(r"\$B(/[\w/.]+)", text))
+    for endpoint in (
+        "/v1/task/create",
+        "/v1/task/events",
+        "/v1/task/output/stream",
+        "/v1/permissions",
+        "/v1/task/permission",
+        "/v1/task/output",
+        "/v1/task/cancel",
+    ):
+        assert endpoint in paths
+    for path in paths:
+        resolve(path)  # raises Resolver404 for a path Bridge does not serve
+    assert "Authorization: Bearer $BRIDGE_TOKEN" in text
+    assert "since=" in text
+
+
+def test_every_request_body_in_the_skill_is_accepted_by_its_endpoint(home, environ, hermes):
+    install(home, environ)
+    text = skill_path(hermes).read_text()
+
+    bodies = re.findall(r"\"\$B(/v1/[\w/]+)\"\s*\\?\s*-d '([^']*)'", text)
+    assert {path for path, _ in bodies} == set(BODY_SCHEMAS)
+    for path, body in bodies:
+        BODY_SCHEMAS[path].model_validate(json.loads(body))
+
+
+def test_the_url_option_is_used_and_checked(home, environ, hermes):
+    install(home, environ, "--url", "http://10.1.2.3:9000/")
+
+    assert "${BRIDGE_URL:-http://10.1.2.3:9000}" in skill_path(hermes).read_text()
+    with pytest.raises(CommandError, match="--url"):
+        install(home, environ, "--url", "10.1.2.3:9000")
+
+
+def test_hermes_home_comes_from_the_environment(home, environ, tmp_path):
+    environ["HERMES_HOME"] = str(tmp_path / "elsewhere")
+
+    install(home, environ)
+
+    assert skill_path(tmp_path / "elsewhere").exists()
+    assert not (home / ".hermes").exists()
+
+
+def test_an_existing_category_description_is_kept(home, environ, hermes):
+    description = hermes / "skills" / "software-development" / "DESCRIPTION.md"
+    description.parent.mkdir(parents=True)
+    description.write_text("---\ndescription: mine\n---\n")
+
+    install(home, environ)
+
+    assert description.read_text() == "---\ndescription: mine\n---\n"
+
+
+def test_mcp_registers_the_same_stdio_entry_as_claude_desktop_gets(home, environ, hermes):
+    install(home, environ, "--mcp")
+
+    bridge = yaml.safe_load((hermes / "config.yaml").read_text())["mcp_servers"]["bridge"]
+    assert bridge["command"] == sys.executable
+    assert bridge["args"] == [MANAGE_PY, "mcp"]
+    assert bridge["env"]["BRIDGE_DATA_DIR"] == str(settings.DATA_DIR)
+
+
+def test_mcp_keeps_everything_else_and_backs_up_the_old_config(home, environ, hermes):
+    hermes.mkdir()
+    original = (
+        "# my settings\n"
+        "model:\n  provider: custom\n  default: local-model\n"
+        "mcp_servers:\n  files:\n    command: npx\n    args: [-y, fs]\n"
+        "agent:\n  max_turns: 40\n"
+    )
+    (hermes / "config.yaml").write_text(original)
+
+    output = install(home, environ, "--mcp")
+
+    config = yaml.safe_load((hermes / "config.yaml").read_text())
+    assert config["model"] == {"provider": "custom", "default": "local-model"}
+    assert config["agent"] == {"max_turns": 40}
+    assert config["mcp_servers"]["files"] == {"command": "npx", "args": ["-y", "fs"]}
+    assert set(config["mcp_servers"]) == {"files", "bridge"}
+    [backup] = hermes.glob("config.yaml.bak-*")
+    assert backup.read_text() == original
+    assert "comments" in output
+
+
+def test_mcp_updates_an_existing_bridge_entry_without_duplicating_it(home, environ, hermes):
+    hermes.mkdir()
+    (hermes / "config.yaml").write_text("mcp_servers:\n  bridge:\n    command: /old/python\n    args: [old.py, mcp]\n")
+
+    install(home, environ, "--mcp")
+    output = install(home, environ, "--mcp")
+
+    text = (hermes / "config.yaml").read_text()
+    assert len(re.findall(r"^\s+bridge:", text, re.MULTILINE)) == 1
+    assert yaml.safe_load(text)["mcp_servers"]["bridge"]["command"] == sys.executable
+    assert "up to date" in output
+    assert len(list(hermes.glob("config.yaml.bak-*"))) == 1
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        ("model: [unclosed\n", "not valid YAML"),
+        ("- a\n- b\n", "top level is not a YAML mapping"),
+        ("mcp_servers: [bridge]\n", "'mcp_servers' is not a YAML mapping"),
+    ],
+)
+def test_a_config_that_does_not_parse_is_refused_and_nothing_is_written(home, environ, hermes, content, reason):
+    hermes.mkdir()
+    (hermes / "config.yaml").write_text(content)
+
+    with pytest.raises(CommandError) as refused:
+        install(home, environ, "--mcp")
+
+    assert str(hermes / "config.yaml") in str(refused.value)
+    assert reason in str(refused.value)
+    assert all_files(hermes) == {hermes / "config.yaml": content}
+
+
+def test_print_writes_nothing(home, environ, hermes):
+    hermes.mkdir()
+    (hermes / "config.yaml").write_text("model:\n  provider: custom\n")
+    before = all_files(hermes)
+
+    output = install(home, environ, "--mcp", "--print")
+
+    assert all_files(hermes) == before
+    assert "+name: bridge-claude-code" in output
+    assert "+  bridge:" in output
+    assert "nothing written" in output
+
+
+def test_no_token_in_any_written_file(home, environ, hermes):
+    environ["BRIDGE_API_TOKEN"] = "brg_another_token_value"
+
+    output = install(home, environ, "--mcp")
+
+    written = all_files(hermes)
+    assert len(written) == 3
+    for text in [*written.values(), output]:
+        assert TOKEN not in text
+        assert "brg_another_token_value" not in text
