@@ -168,3 +168,19 @@ BRIDGE_DRAIN_S = env_int("BRIDGE_DRAIN_S", 30, minimum=0)
 BRIDGE_POLL_S = float(os.environ.get("BRIDGE_POLL_S") or 0.5)
 BRIDGE_SSE_HEARTBEAT_S = env_int("BRIDGE_SSE_HEARTBEAT_S", 15, minimum=1)
 BRIDGE_PASS_ENV = env_list("BRIDGE_PASS_ENV", [])
+BRIDGE_READ_ROOTS = [Path(p).expanduser() for p in env_list("BRIDGE_READ_ROOTS", [], sep=os.pathsep)]
+BRIDGE_READ_ANYWHERE = env_bool("BRIDGE_READ_ANYWHERE", False)
+BRIDGE_READ_MAX_BYTES = env_int("BRIDGE_READ_MAX_BYTES", 1024 * 1024, minimum=1024)
+BRIDGE_MCP_MAX_WAIT_S = env_int("BRIDGE_MCP_MAX_WAIT_S", 150, minimum=1)
+BRIDGE_MCP_OUTPUT_CHARS = env_int("BRIDGE_MCP_OUTPUT_CHARS", 100_000, minimum=1000)
+BRIDGE_HERMES_BIN = os.environ.get("BRIDGE_HERMES_BIN", "hermes")
+BRIDGE_HERMES_HOME = Path(os.environ.get("HERMES_HOME") or "~/.hermes").expanduser()
+BRIDGE_HERMES_MODE = os.environ.get("BRIDGE_HERMES_MODE", "").strip().lower() or "auto"
+if BRIDGE_HERMES_MODE not in ("auto", "acp", "oneshot"):
+    raise SystemExit(f"BRIDGE_HERMES_MODE={BRIDGE_HERMES_MODE!r} must be auto, acp or oneshot")
+
+# --- browser pages ---------------------------------------------------------------------------------------------
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard"
+LOGOUT_REDIRECT_URL = "login"
+PASSWORD_RESET_TIMEOUT = 3600  # also bounds runbridge's one-time login link

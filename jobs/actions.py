@@ -4,12 +4,12 @@ The REST API, MCP tools, web views and the supervisor call these functions and h
 Each change is committed together with the events that describe it, and only then announced on the doorbell.
 """
 
-import logging
 import socket
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -34,9 +34,7 @@ from jobs.models import (
     Worker,
 )
 
-log = logging.getLogger(__name__)
-
-SUPPORTED_AGENTS = (Agent.CLAUDE,)
+SUPPORTED_AGENTS = (Agent.CLAUDE, Agent.HERMES)
 MAX_TIMEOUT_S = 7 * 24 * 3600
 WORKER_STALE_AFTER = timedelta(seconds=30)
 
@@ -103,6 +101,21 @@ class TaskSpec:
     created_by: str = ""
 
 
+def task_cwd_and_session(spec: TaskSpec) -> tuple[Path, AgentSession | None]:
+    """The confined cwd a task would run in, and the known session it resumes (which fixes the cwd)."""
+    resume_id = (spec.resume_session_id or "").strip()
+    if not resume_id:
+        return paths.resolve_cwd(spec.cwd), None
+    session = AgentSession.objects.filter(agent=spec.agent, session_id=resume_id).first()
+    cwd = paths.resolve_cwd(session.cwd if session is not None and spec.cwd is None else spec.cwd)
+    if session is not None and str(cwd) != session.cwd:
+        raise InvalidInput(
+            f"session {resume_id} belongs to cwd {session.cwd!r}, not {str(cwd)!r}: "
+            "an agent session can only be resumed where it started"
+        )
+    return cwd, session
+
+
 def create_task(spec: TaskSpec) -> Task:
     """Validate, confine and queue a task. Nothing runs until a supervisor claims it."""
     prompt = spec.prompt if isinstance(spec.prompt, str) else ""
@@ -126,21 +139,8 @@ def create_task(spec: TaskSpec) -> Task:
     if not 1 <= timeout_s <= MAX_TIMEOUT_S:
         raise InvalidInput(f"timeout_s must be between 1 and {MAX_TIMEOUT_S} seconds, not {timeout_s}")
 
-    session = None
+    cwd, session = task_cwd_and_session(spec)
     resume_id = (spec.resume_session_id or "").strip()
-    if resume_id:
-        session = AgentSession.objects.filter(agent=spec.agent, session_id=resume_id).first()
-        if session is not None and spec.cwd is None:
-            cwd = paths.resolve_cwd(session.cwd)
-        else:
-            cwd = paths.resolve_cwd(spec.cwd)
-        if session is not None and str(cwd) != session.cwd:
-            raise InvalidInput(
-                f"session {resume_id} belongs to cwd {session.cwd!r}, not {str(cwd)!r}: "
-                "an agent session can only be resumed where it started"
-            )
-    else:
-        cwd = paths.resolve_cwd(spec.cwd)
 
     with transaction.atomic():
         queued = Task.objects.filter(status=Status.QUEUED).count()
@@ -165,6 +165,71 @@ def create_task(spec: TaskSpec) -> Task:
         append_events(task, [_status_event(task)])
         doorbell.ring(doorbell.QUEUE)
     return task
+
+
+def create_or_join_task(spec: TaskSpec) -> tuple[Task, bool]:
+    """Queue a task unless an identical one (agent, prompt, cwd, resumed session) is queued or running: a
+    planner that re-sends a task it lost track of gets the job already doing it. Returns (task, created)."""
+    cwd, _ = task_cwd_and_session(spec)
+    with transaction.atomic():
+        same = (
+            Task.objects.filter(
+                agent=spec.agent,
+                prompt=spec.prompt,
+                cwd=str(cwd),
+                resume_session_id=(spec.resume_session_id or "").strip(),
+                status__in=(Status.QUEUED, Status.RUNNING),
+            )
+            .order_by("created_at", "id")
+            .first()
+        )
+        if same is not None:
+            return same, False
+        return create_task(spec), True
+
+
+def known_session_id(agent: str, session_id: str, cwd: str | None) -> str:
+    """The agent session a resume should continue: `latest` is the newest one Bridge ran for that cwd (the
+    default cwd when none is given); any other id must be one Bridge has recorded, so typos fail before a run."""
+    session_id = (session_id or "").strip()
+    if session_id == "latest":
+        resolved = str(paths.resolve_cwd(cwd))
+        task = (
+            Task.objects.filter(agent=agent, cwd=resolved, session__isnull=False)
+            .select_related("session")
+            .order_by("-created_at", "-id")
+            .first()
+        )
+        if task is None:
+            raise NotFound(f"Bridge has run no {agent} session in {resolved} yet, so there is no 'latest' to resume")
+        return task.session.session_id
+    if not AgentSession.objects.filter(agent=agent, session_id=session_id).exists():
+        raise NotFound(
+            f"Bridge knows no {agent} session {session_id!r}; use a session id from an earlier reply, or 'latest'"
+        )
+    return session_id
+
+
+def continue_task(task: Task, prompt: str, *, source: str = Source.API, created_by: str = "") -> Task:
+    """A follow-up in the same agent session and directory, with the same agent, mode and options."""
+    if task.session is None:
+        raise Conflict(
+            f"task {task.public_id} has no agent session to continue (the agent never reported one: it "
+            f"{'has not started yet' if task.status == Status.QUEUED else 'ended before it did'}); start a new task"
+        )
+    spec = TaskSpec(
+        prompt=prompt,
+        cwd=task.session.cwd,
+        agent=task.agent,
+        permission_mode=PermissionMode.APPROVE if task.permission_mode == PermissionMode.SKIP else task.permission_mode,
+        skip_permissions=task.permission_mode == PermissionMode.SKIP,
+        resume_session_id=task.session.session_id,
+        timeout_s=task.timeout_s,
+        options=task.options,
+        source=source,
+        created_by=created_by,
+    )
+    return create_task(spec)
 
 
 def request_cancel(task: Task, reason: str = "cancelled by request", by: str = "") -> Task:

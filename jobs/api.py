@@ -83,6 +83,8 @@ class CreateTaskIn(Strict):
     model: str | None = None
     max_turns: int | None = Field(None, ge=1, le=10_000)
     allowed_tools: list[str] | None = None
+    skills: list[str] | None = Field(None, description="Hermes skills to preload (one-shot mode).")
+    toolsets: list[str] | None = Field(None, description="Hermes toolsets to enable (one-shot mode).")
     timeout_s: int | None = Field(None, ge=1)
 
 
@@ -153,6 +155,8 @@ def create_task(request: HttpRequest, payload: CreateTaskIn):
             "model": payload.model,
             "max_turns": payload.max_turns,
             "allowed_tools": payload.allowed_tools,
+            "skills": payload.skills,
+            "toolsets": payload.toolsets,
         }.items()
         if value is not None
     }

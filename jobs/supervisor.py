@@ -151,14 +151,16 @@ class TaskRun(threading.Thread):
                 argv,
                 cwd=self.task.cwd,
                 env=self.runner.env(),
-                stdin=subprocess.PIPE,
+                stdin=subprocess.PIPE if self.runner.uses_stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 preexec_fn=_die_with_parent if _libc is not None else None,
             )
         except OSError as exc:
-            error = f"could not start {argv[0]!r}: {exc.strerror or exc} (the executable is set by BRIDGE_CLAUDE_BIN)"
+            error = f"could not start {argv[0]!r}: {exc.strerror or exc}"
+            if self.runner.executable_setting:
+                error += f" (the executable is set by {self.runner.executable_setting})"
             actions.finish_task(self.task, Outcome(Status.FAILED, error=error))
             return
         self.deadline = time.monotonic() + self.task.timeout_s
@@ -198,6 +200,7 @@ class TaskRun(threading.Thread):
                     break
 
         stderr.join(timeout=2)
+        self._handle(self.runner.on_exit(stderr.text()), 0)
         self._flush()
         outcome = self.runner.outcome(self.proc.returncode, stderr.text())
         if self.stop_status is not None:
@@ -312,10 +315,10 @@ class TaskRun(threading.Thread):
         self.stop_status, self.stop_reason = status, reason
         self.stop_started = time.monotonic()
         self.pending.append(("stopping", {"status": status, "reason": reason}))
-        line = self.runner.interrupt()
-        if line is not None:
+        lines = self.runner.stop_lines()
+        for line in lines:
             self._write(line)
-        else:
+        if not lines:
             self._signal(signal.SIGTERM)
 
     def _signal(self, sig: int) -> None:

@@ -62,7 +62,7 @@ def _manage(args: list[str], env: dict[str, str], timeout: float = 60) -> subpro
 class BridgeServer:
     """`manage.py runbridge --port 0` with its own data dir, allowed root, HOME and an offline environment."""
 
-    def __init__(self, root: Path, fake_url: str, claude: str, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, fake_url: str, claude: str = "", extra_env: dict[str, str] | None = None) -> None:
         self.root = Path(root)
         self.data_dir = self.root / "data"
         self.work = self.root / "work"

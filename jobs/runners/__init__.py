@@ -9,4 +9,8 @@ def runner_for(task: Task) -> Runner:
         from jobs.runners.claude import ClaudeRunner
 
         return ClaudeRunner(task)
+    if task.agent == Agent.HERMES:
+        from jobs.runners.hermes import hermes_runner
+
+        return hermes_runner(task)
     raise ValueError(f"no runner for agent {task.agent!r}")

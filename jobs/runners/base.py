@@ -49,6 +49,9 @@ class Step:
 class Runner(ABC):
     """One run of one task. Instances are used from a single thread."""
 
+    executable_setting = ""  # the setting that names the executable, for messages when it cannot be started
+    uses_stdin = True  # False: the child gets /dev/null (nothing to say after argv)
+
     def __init__(self, task: Task) -> None:
         self.task = task
 
@@ -76,6 +79,15 @@ class Runner(ABC):
     def interrupt(self) -> bytes | None:
         """A polite stop request, if the protocol has one."""
         return None
+
+    def stop_lines(self) -> list[bytes]:
+        """What to write to stop the child politely; none means the supervisor signals it at once."""
+        line = self.interrupt()
+        return [line] if line is not None else []
+
+    def on_exit(self, stderr_tail: str) -> Step:
+        """What the child said only at its end (e.g. a session id printed on stderr); called once, before outcome."""
+        return Step()
 
     @abstractmethod
     def outcome(self, exit_code: int, stderr_tail: str) -> Outcome:

@@ -49,6 +49,8 @@ def _tool_result_text(content: object) -> str:
 
 
 class ClaudeRunner(Runner):
+    executable_setting = "BRIDGE_CLAUDE_BIN"
+
     def __init__(self, task) -> None:
         super().__init__(task)
         self.result: dict | None = None

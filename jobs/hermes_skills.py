@@ -1,0 +1,138 @@
+"""What is known about the Hermes install without starting it: its executable, its version, its skill library.
+
+Running `hermes --version` checks for updates online and starting Hermes takes seconds, so everything here reads
+files: the package metadata next to the executable's interpreter, and $HERMES_HOME/skills/**/SKILL.md (or the index
+Hermes writes of them).
+"""
+
+import importlib.metadata
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from django.conf import settings
+
+HERMES_DIST = "hermes-agent"
+
+
+def hermes_executable() -> Path | None:
+    """BRIDGE_HERMES_BIN as a path or a name on PATH; None when it is not there."""
+    found = shutil.which(settings.BRIDGE_HERMES_BIN)
+    return Path(found) if found else None
+
+
+def site_packages(executable: Path) -> list[Path]:
+    """Where the executable's own environment keeps its packages (it may live in another venv)."""
+    venvs = {executable.parent.parent, executable.resolve().parent.parent}
+    try:
+        first_line = executable.read_bytes()[:200].splitlines()[0].decode()
+        if first_line.startswith("#!"):
+            venvs.add(Path(first_line[2:].strip().split()[0]).parent.parent)
+    except (OSError, IndexError, UnicodeDecodeError):
+        pass
+    return [site for venv in venvs for site in venv.glob("lib/python*/site-packages")]
+
+
+def hermes_version(executable: Path) -> str | None:
+    """The installed hermes-agent version from its package metadata, or None when it cannot be found."""
+    for dist in importlib.metadata.distributions(name=HERMES_DIST, path=[str(d) for d in site_packages(executable)]):
+        return dist.version
+    return None
+
+
+@dataclass
+class Skill:
+    name: str
+    category: str
+    description: str
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SkillLibrary:
+    categories: dict[str, str]  # category -> its DESCRIPTION.md blurb
+    skills: list[Skill]
+    problems: list[str]  # files that could not be read, said rather than hidden
+
+
+def _front_matter(text: str) -> dict:
+    if not text.startswith("---"):
+        return {}
+    head, sep, _ = text[3:].partition("\n---")
+    if not sep:
+        return {}
+    data = yaml.safe_load(head)
+    return data if isinstance(data, dict) else {}
+
+
+def _from_snapshot(snapshot: Path) -> SkillLibrary:
+    """Hermes' own index, written when it starts (no tags in it)."""
+    try:
+        data = json.loads(snapshot.read_text())
+        entries = data.get("skills") or []
+        categories = {str(k): str(v) for k, v in (data.get("category_descriptions") or {}).items()}
+    except (OSError, ValueError, AttributeError) as exc:
+        return SkillLibrary({}, [], [f"{snapshot}: {exc.__class__.__name__}"])
+    skills = [
+        Skill(
+            name=str(entry.get("frontmatter_name") or entry.get("skill_name") or "?"),
+            category=str(entry.get("category") or "general"),
+            description=" ".join(str(entry.get("description") or "").split()),
+        )
+        for entry in entries
+        if isinstance(entry, dict)
+    ]
+    for skill in skills:
+        categories.setdefault(skill.category, "")
+    return SkillLibrary(categories, skills, [])
+
+
+def read_library(home: Path | None = None) -> SkillLibrary:
+    """Every skill under $HERMES_HOME/skills (its category is its folder, as Hermes names it), else Hermes' index
+    $HERMES_HOME/.skills_prompt_snapshot.json."""
+    home = home or settings.BRIDGE_HERMES_HOME
+    skills_dir = home / "skills"
+    if not skills_dir.is_dir():
+        snapshot = home / ".skills_prompt_snapshot.json"
+        if snapshot.is_file():
+            return _from_snapshot(snapshot)
+        return SkillLibrary({}, [], [f"no skill library at {skills_dir}"])
+    categories: dict[str, str] = {}
+    skills: list[Skill] = []
+    problems: list[str] = []
+    for blurb in sorted(skills_dir.glob("**/DESCRIPTION.md")):
+        categories["/".join(blurb.parent.relative_to(skills_dir).parts)] = blurb.read_text(errors="replace").strip()
+    for skill_file in sorted(skills_dir.glob("**/SKILL.md")):
+        parts = skill_file.parent.relative_to(skills_dir).parts
+        category = "/".join(parts[:-1]) if len(parts) > 1 else parts[0]
+        categories.setdefault(category, "")
+        try:
+            meta = _front_matter(skill_file.read_text(errors="replace"))
+        except (OSError, yaml.YAMLError) as exc:
+            problems.append(f"{skill_file}: {exc.__class__.__name__}")
+            continue
+        tags = ((meta.get("metadata") or {}).get("hermes") or {}).get("tags") or []
+        skills.append(
+            Skill(
+                name=str(meta.get("name") or skill_file.parent.name),
+                category=category,
+                description=" ".join(str(meta.get("description") or "").split()),
+                tags=[str(t) for t in tags] if isinstance(tags, list) else [],
+            )
+        )
+    return SkillLibrary(categories, skills, problems)
+
+
+def search(library: SkillLibrary, query: str = "", category: str = "") -> list[Skill]:
+    """Skills in `category` (exact, case-insensitive) whose name, description or tags contain every query word."""
+    words = query.lower().split()
+    found = []
+    for skill in library.skills:
+        if category and skill.category.lower() != category.lower():
+            continue
+        haystack = " ".join([skill.name, skill.description, *skill.tags]).lower()
+        if all(word in haystack for word in words):
+            found.append(skill)
+    return found

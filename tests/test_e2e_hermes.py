@@ -1,0 +1,370 @@
+"""End to end: a real Bridge server driving the real Hermes CLI (ACP mode, and one-shot mode), seen only through
+REST and SSE.
+
+Hermes talks only to the scripted fake OpenAI server on 127.0.0.1 (tests/fakes/openai_server.py) with the offline
+HERMES_HOME of tests/fakes/hermes_env.py; every other HTTP(S) attempt goes to a recording proxy, and each test fails
+if that proxy saw anything. Synchronisation follows the SSE stream (act when an event arrives), never sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import skip_or_fail
+from tests.e2e import BridgeServer, data_events
+from tests.fakes.hermes_env import DEFAULT_HERMES_BIN, PROXY_VARS, RecordingProxy, offline_env, write_hermes_home
+from tests.fakes.openai_server import FakeOpenAI, error, text, tool_call
+
+pytestmark = pytest.mark.e2e
+
+TIMEOUT_S = 120  # Hermes' cold start is 2-10 s, and its API retries take ~10 s
+
+
+def hermes_bin() -> Path:
+    """The real CLI: $BRIDGE_TEST_HERMES_BIN, else the one `make hermes-cli` installs."""
+    configured = os.environ.get("BRIDGE_TEST_HERMES_BIN")
+    path = Path(configured) if configured else DEFAULT_HERMES_BIN
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        skip_or_fail(
+            f"the Hermes CLI is not installed at {path} (run `make hermes-cli`, or set BRIDGE_TEST_HERMES_BIN)"
+        )
+    return path
+
+
+# --- fixtures -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hermes() -> Path:
+    return hermes_bin()
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def proxy():
+    with RecordingProxy() as server:
+        yield server
+
+
+def start_bridge(root: Path, fake: FakeOpenAI, proxy: RecordingProxy, hermes: Path, mode: str) -> BridgeServer:
+    hermes_home = write_hermes_home(root / "hermes_home", fake.url, hermes)
+    env = offline_env(hermes_home, root / "home", proxy.url)
+    env.update(
+        {
+            "BRIDGE_HERMES_BIN": str(hermes),
+            "BRIDGE_HERMES_MODE": mode,
+            "BRIDGE_PASS_ENV": ",".join(PROXY_VARS),
+        }
+    )
+    return BridgeServer(root, fake.url, extra_env=env).start()
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory, fake, proxy, hermes):
+    server = start_bridge(tmp_path_factory.mktemp("hermes-acp"), fake, proxy, hermes, "acp")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def oneshot_bridge(tmp_path_factory, fake, proxy, hermes):
+    server = start_bridge(tmp_path_factory.mktemp("hermes-oneshot"), fake, proxy, hermes, "oneshot")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def offline_only(proxy):
+    """The safety net: Hermes must not have tried to reach anything but 127.0.0.1 during the test."""
+    before = len(proxy.requests)
+    yield
+    assert proxy.requests[before:] == [], f"Hermes tried to leave loopback: {proxy.requests[before:]}"
+
+
+class Script:
+    """This test's slice of the shared fake: what it scripted and which main requests it caused."""
+
+    def __init__(self, fake: FakeOpenAI) -> None:
+        self.fake = fake
+        fake.clear()  # a failed earlier test may have left replies behind
+        self.start = len(fake.main_requests)
+
+    def push(self, *replies) -> None:
+        self.fake.push(*replies)
+
+    @property
+    def requests(self) -> list[dict]:
+        return self.fake.main_requests[self.start :]
+
+
+@pytest.fixture
+def script(fake) -> Script:
+    return Script(fake)
+
+
+@pytest.fixture
+def cwd(bridge, request) -> Path:
+    path = bridge.work / request.node.name
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def oneshot_cwd(oneshot_bridge, request) -> Path:
+    path = oneshot_bridge.work / request.node.name
+    path.mkdir()
+    return path
+
+
+# --- helpers ----------------------------------------------------------------------------------------------------
+
+
+def run(bridge: BridgeServer, prompt: str, cwd: Path, react=None, **fields) -> tuple[str, list[dict]]:
+    """Create a Hermes task and follow its SSE stream to the end, calling react(task_id, event) on each event."""
+    task_id = bridge.create_task(prompt, cwd, agent="hermes", timeout_s=TIMEOUT_S, **fields)
+    events = []
+    for event in bridge.stream(task_id, deadline_s=TIMEOUT_S):
+        events.append(event)
+        if react is not None:
+            react(task_id, event)
+    assert events and events[-1]["event"] == "end", f"the stream closed without an `end` event: {events[-3:]}"
+    return task_id, data_events(events)
+
+
+def of_kind(events: list[dict], kind: str) -> list[dict]:
+    return [e["data"]["data"] for e in events if e["event"] == kind]
+
+
+def kinds(events: list[dict]) -> list[str]:
+    return [e["event"] for e in events]
+
+
+def final_status(events: list[dict]) -> dict:
+    assert events[-1]["event"] == "status", events[-1]
+    return events[-1]["data"]["data"]
+
+
+def message_texts(request: dict) -> list[tuple[str, str]]:
+    """(role, text) of each message in a chat-completions request."""
+    out = []
+    for message in request.get("messages") or []:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        out.append((message.get("role"), content or ""))
+    return out
+
+
+# --- ACP mode ---------------------------------------------------------------------------------------------------
+
+
+def test_plain_answer_streams_before_the_end(bridge, script, cwd):
+    gate = threading.Event()
+    answer = "Hello from Hermes, streamed in several pieces."
+    script.push(text(answer, chunks=5, gate=gate))
+    seen_while_streaming = []
+
+    def react(task_id, event):
+        if event["event"] == "text_delta" and not gate.is_set():
+            seen_while_streaming.append(event)
+            gate.set()  # the fake holds the rest of the answer until Bridge has shown the first piece
+
+    try:
+        task_id, events = run(bridge, "Say hello", cwd, react)
+    finally:
+        gate.set()
+    assert final_status(events)["status"] == "done", final_status(events)
+    assert seen_while_streaming, "no text reached the API while the model was still answering"
+    deltas = of_kind(events, "text_delta")
+    assert len(deltas) >= 3 and "".join(d["text"] for d in deltas) == answer
+    assert kinds(events).index("text_delta") < kinds(events).index("result")
+    output = bridge.output_of(task_id)["task"]
+    assert output["result"] == answer
+    assert output["usage"]["input_tokens"] == 100 and output["usage"]["output_tokens"] >= 1
+    init = of_kind(events, "init")[0]
+    assert init["session_id"] and bridge.task(task_id)["session_id"] == init["session_id"]
+    assert [r["stream"] for r in script.requests] == [True]
+
+
+def decide_on_ask(bridge: BridgeServer, behavior: str, asked: list[dict]):
+    def react(task_id, event):
+        if event["event"] == "permission_request":
+            asked.append(event["data"]["data"])
+            request_id = event["data"]["data"]["request_id"]
+            bridge.ok(bridge.decide(task_id, behavior, request_id=request_id))
+
+    return react
+
+
+def test_file_written_after_an_approved_permission(bridge, script, cwd):
+    script.push(tool_call("write_file", {"path": "a.txt", "content": "hello\n"}), text("Wrote it."))
+    asked: list[dict] = []
+    task_id, events = run(bridge, "Write a.txt", cwd, decide_on_ask(bridge, "allow", asked))
+    assert final_status(events)["status"] == "done", final_status(events)
+    assert len(asked) == 1 and asked[0]["request_id"] == "0"  # Hermes' first JSON-RPC request id is 0
+    assert asked[0]["input"] == {"tool": "write_file", "arguments": {"path": "a.txt", "content": "hello\n"}}
+    assert (cwd / "a.txt").read_text() == "hello\n"
+    assert [d["status"] for d in of_kind(events, "permission_decision")] == ["allowed"]
+    assert of_kind(events, "tool_use")[0]["kind"] == "edit"
+    assert bridge.output_of(task_id)["task"]["result"] == "Wrote it."
+
+
+def test_file_not_written_after_a_denied_permission(bridge, script, cwd):
+    script.push(tool_call("write_file", {"path": "a.txt", "content": "hello\n"}), text("Could not."))
+    asked: list[dict] = []
+    task_id, events = run(bridge, "Write a.txt", cwd, decide_on_ask(bridge, "deny", asked))
+    assert final_status(events)["status"] == "done", final_status(events)
+    assert len(asked) == 1
+    assert not (cwd / "a.txt").exists()
+    assert [d["status"] for d in of_kind(events, "permission_decision")] == ["denied"]
+    roles = [role for role, _ in message_texts(script.requests[-1])]
+    assert roles[-1] == "tool", "the model was not told the outcome of its tool call"
+
+
+def test_bypass_allows_by_policy(bridge, script, cwd):
+    script.push(tool_call("write_file", {"path": "b.txt", "content": "by policy\n"}), text("Done."))
+    task_id, events = run(bridge, "Write b.txt", cwd, permission_mode="bypass")
+    assert final_status(events)["status"] == "done", final_status(events)
+    assert (cwd / "b.txt").read_text() == "by policy\n"
+    decision = of_kind(events, "permission_decision")[0]
+    assert decision["status"] == "allowed" and decision["decided_via"] == "policy"
+
+
+def test_skip_permissions_edits_without_asking(bridge, script, cwd):
+    script.push(tool_call("write_file", {"path": "c.txt", "content": "unasked\n"}), text("Done."))
+    task_id, events = run(bridge, "Write c.txt", cwd, skip_permissions=True)
+    assert final_status(events)["status"] == "done", final_status(events)
+    assert (cwd / "c.txt").read_text() == "unasked\n"
+    assert "permission_request" not in kinds(events)
+
+
+def test_cancel_while_streaming(bridge, script, cwd):
+    gate = threading.Event()
+    script.push(text("A slow answer that will be cut short.", chunks=6, gate=gate))
+
+    def react(task_id, event):
+        if event["event"] == "text_delta" and not gate.is_set():
+            bridge.ok(bridge.post("/v1/task/cancel", {"task_id": task_id, "reason": "test cancel"}))
+
+    try:
+        task_id, events = run(bridge, "Talk slowly", cwd, react)
+    finally:
+        gate.set()
+    status = final_status(events)
+    assert status["status"] == "cancelled" and status["error"] == "test cancel", status
+    assert "signal" not in kinds(events), "Hermes needed a signal: session/cancel did not end the turn"
+    assert of_kind(events, "result")[0]["stopReason"] == "cancelled"
+
+
+def test_cancel_while_a_permission_is_pending(bridge, script, cwd):
+    script.push(tool_call("write_file", {"path": "a.txt", "content": "hello\n"}), text("After the deny."))
+
+    def react(task_id, event):
+        if event["event"] == "permission_request":
+            bridge.ok(bridge.post("/v1/task/cancel", {"task_id": task_id}))
+
+    task_id, events = run(bridge, "Write a.txt", cwd, react)
+    assert final_status(events)["status"] == "cancelled", final_status(events)
+    assert not (cwd / "a.txt").exists()
+    assert "signal" not in kinds(events), "the deny-then-cancel sequence did not end the turn"
+    assert [d["status"] for d in of_kind(events, "permission_decision")] == ["cancelled"]
+
+
+def test_resume_carries_the_history(bridge, script, cwd):
+    script.push(text("The first answer is 41."))
+    first_id, events = run(bridge, "First question", cwd)
+    assert final_status(events)["status"] == "done", final_status(events)
+    session_id = bridge.task(first_id)["session_id"]
+    assert session_id
+
+    script.push(text("And the next is 42."))
+    second_id, events = run(bridge, "Second question", cwd, sessionId=session_id)
+    assert final_status(events)["status"] == "done", final_status(events)
+    assert bridge.task(second_id)["session_id"] == session_id
+    assert bridge.output_of(second_id)["task"]["result"] == "And the next is 42."
+    history = message_texts(script.requests[-1])
+    assert ("user", "First question") in history and ("assistant", "The first answer is 41.") in history
+    assert history[-1] == ("user", "Second question")
+    replayed = of_kind(events, "history")
+    assert [h["text"] for h in replayed] == ["First question", "The first answer is 41."]
+
+
+def test_resume_of_an_unknown_session_fails_clearly(bridge, script, cwd):
+    task_id, events = run(bridge, "Continue", cwd, sessionId="no-such-session")
+    status = final_status(events)
+    assert status["status"] == "failed" and "no session 'no-such-session'" in status["error"], status
+    assert script.requests == []
+
+
+def test_api_error_fails_with_its_words(bridge, script, cwd):
+    script.push(*[error(500, "Boom from the fake")] * 3)
+    task_id, events = run(bridge, "Say hello", cwd)
+    status = final_status(events)
+    assert status["status"] == "failed", status
+    assert "Boom from the fake" in status["error"], status
+    assert len(script.requests) >= 1
+
+
+def test_time_to_first_output(bridge, script, cwd):
+    """Task creation to the first text event seen through the API, with where the time went (`-s` shows it)."""
+    delays = []
+    for i in range(3):
+        script.push(text(f"Answer number {i}."))
+        start = time.monotonic()
+        task_id = bridge.create_task("Say hello", cwd, agent="hermes", timeout_s=TIMEOUT_S)
+        for event in bridge.stream(task_id, deadline_s=TIMEOUT_S):
+            if event["event"] == "text_delta" and len(delays) == i:
+                delays.append(time.monotonic() - start)
+        assert bridge.task(task_id)["status"] == "done"
+        recorded = bridge.ok(bridge.get("/v1/task/events", task_id=task_id))["events"]
+        first = {}
+        for event in recorded:
+            first.setdefault(event["kind"], datetime.fromisoformat(event["time"]))
+        t0 = first["status"]
+        steps = {kind: round((first[kind] - t0).total_seconds(), 2) for kind in ("spawned", "agent_info", "init")}
+        print(f"\nrun {i}: first text after {delays[-1]:.2f} s; recorded after queueing: {steps}")
+    assert len(delays) == 3
+    print(f"time to first Hermes text event: median {statistics.median(delays):.2f} s of {delays}")
+
+
+# --- one-shot mode ------------------------------------------------------------------------------------------------
+
+
+def test_oneshot_plain_answer_and_resume(oneshot_bridge, script, oneshot_cwd):
+    script.push(text("One-shot answer."))
+    first_id, events = run(oneshot_bridge, "First question", oneshot_cwd)
+    assert final_status(events)["status"] == "done", final_status(events)
+    assert oneshot_bridge.output_of(first_id)["task"]["result"] == "One-shot answer."
+    assert [e["text"] for e in of_kind(events, "output")] == ["One-shot answer."]
+    session_id = oneshot_bridge.task(first_id)["session_id"]
+    assert session_id, "no session id was parsed from stderr"
+    argv = of_kind(events, "spawned")[0]["argv"]
+    assert argv[1:3] == ["chat", "-q"] and "-Q" in argv
+
+    script.push(text("Resumed answer."))
+    second_id, events = run(oneshot_bridge, "Second question", oneshot_cwd, sessionId=session_id)
+    assert final_status(events)["status"] == "done", final_status(events)
+    assert oneshot_bridge.output_of(second_id)["task"]["result"] == "Resumed answer."
+    assert oneshot_bridge.task(second_id)["session_id"] == session_id
+    history = message_texts(script.requests[-1])
+    assert ("assistant", "One-shot answer.") in history and history[-1] == ("user", "Second question")
+
+
+def test_oneshot_api_error_fails_with_its_words(oneshot_bridge, script, oneshot_cwd):
+    script.push(*[error(500, "Boom one-shot")] * 3)
+    task_id, events = run(oneshot_bridge, "Say hello", oneshot_cwd)
+    status = final_status(events)
+    assert status["status"] == "failed" and status["exit_code"] == 1, status
+    assert "Boom one-shot" in status["error"], status

@@ -1,0 +1,344 @@
+"""The Hermes runners' parsing, on transcripts the real Hermes 0.19.0 produced against tests/fakes/openai_server.py
+(tests/fixtures/hermes: `acp_*.jsonl` are both directions of an ACP session, `oneshot_*.json` are one-shot runs)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs.models import PermissionMode, PermissionRequest, PermissionStatus, Status, Task
+from jobs.runners.acp import AcpRunner
+from jobs.runners.base import Step
+from jobs.runners.hermes import HermesAcpRunner, HermesOneShotRunner, acp_installed, hermes_mode
+from tests.conftest import make_task, wait_for
+from tests.fakes.hermes_env import DEFAULT_HERMES_BIN
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hermes"
+
+
+def transcript(name: str) -> list[dict]:
+    return [json.loads(line) for line in (FIXTURES / f"acp_{name}.jsonl").read_text().splitlines()]
+
+
+def sent(name: str) -> list[dict]:
+    return [entry["msg"] for entry in transcript(name) if entry["dir"] == "out"]
+
+
+def replay(name: str, decision: str = "", **task_fields) -> tuple[HermesAcpRunner, list[Step], list[dict]]:
+    """Feed what Hermes printed to a fresh runner; also return what the runner wrote (start lines, replies, and the
+    answer to each permission question when a `decision` status is given)."""
+    task = Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60, **task_fields)
+    runner = HermesAcpRunner(task)
+    written = [json.loads(line) for line in runner.stdin_lines()]
+    steps = []
+    for entry in transcript(name):
+        if entry["dir"] == "in":
+            step = runner.on_line(json.dumps(entry["msg"]).encode() + b"\n")
+            steps.append(step)
+            written += [json.loads(line) for line in step.replies]
+            for ask in step.asks if decision else []:
+                written.append(json.loads(runner.answer(PermissionRequest(request_id=ask.request_id, status=decision))))
+    return runner, steps, written
+
+
+def events(steps: list[Step], kind: str) -> list[dict]:
+    return [data for step in steps for k, data in step.events if k == kind]
+
+
+def exit_code(name: str) -> int:
+    return next(entry["code"] for entry in transcript(name) if entry["dir"] == "exit")
+
+
+# --- ACP ------------------------------------------------------------------------------------------------------
+
+
+def test_acp_plain_answer():
+    runner, steps, written = replay("plain")
+    assert [m.get("method") for m in written] == ["initialize", "session/new", "session/prompt"]
+    assert written[1]["params"] == {"cwd": "/tmp/w", "mcpServers": []}
+    assert written[2]["params"]["prompt"] == [{"type": "text", "text": "p"}]
+    session_id = sent("plain")[2]["params"]["sessionId"]
+    assert [s.session_id for s in steps if s.session_id] == [session_id]
+    assert events(steps, "init")[0]["session_id"] == session_id
+    deltas = [e["text"] for e in events(steps, "text_delta")]
+    assert len(deltas) == 4 and "".join(deltas) == "Hello from the fake model, in several chunks."
+    assert steps[-1].finished and not any(s.finished for s in steps[:-1])
+    assert events(steps, "result")[0]["stopReason"] == "end_turn"
+    assert events(steps, "text") == [{"text": "Hello from the fake model, in several chunks."}]
+    outcome = runner.outcome(exit_code("plain"), "")
+    assert outcome.status == Status.DONE and outcome.result == "".join(deltas)
+    assert outcome.usage["input_tokens"] == 100 and outcome.usage["output_tokens"] == 8
+
+
+def test_acp_permission_request_with_id_zero_and_its_answers():
+    runner, steps, written = replay("perm_allow", decision=PermissionStatus.ALLOWED)
+    asks = [ask for step in steps for ask in step.asks]
+    assert len(asks) == 1
+    ask = asks[0]
+    assert ask.request_id == "0" and ask.tool_name == "Approve edit: a.txt" and ask.tool_use_id == "edit-approval-1"
+    assert ask.tool_input == {"tool": "write_file", "arguments": {"path": "a.txt", "content": "hello\n"}}
+    assert [o["optionId"] for o in ask.suggestions] == ["allow_once", "deny"]
+    assert events(steps, "tool_use")[0]["kind"] == "edit"
+    assert written[3] == sent("perm_allow")[3]  # what the recording sent: id 0, allow_once
+    assert written[3]["result"]["outcome"]["optionId"] == "allow_once"
+    assert not any(step.withdrawn for step in steps), "an answered question is not withdrawn"
+
+    runner, steps, written = replay("perm_deny", decision=PermissionStatus.DENIED)
+    assert written[3] == {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "result": {"outcome": {"outcome": "selected", "optionId": "deny"}},
+    }
+    assert runner.outcome(exit_code("perm_deny"), "").status == Status.DONE
+
+
+def test_acp_stop_denies_pending_permissions_then_cancels():
+    runner, steps, _ = replay("perm_allow")
+    fresh = HermesAcpRunner(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60))
+    assert fresh.stop_lines() == [], "no session yet: nothing to cancel, the supervisor must signal"
+    assert runner.stop_lines() == [], "the turn has ended: nothing to cancel"
+
+    runner = HermesAcpRunner(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60))
+    runner.stdin_lines()
+    for entry in transcript("perm_allow"):
+        if entry["dir"] == "in":
+            runner.on_line(json.dumps(entry["msg"]).encode())
+            if entry["msg"].get("method") == "session/request_permission":
+                break
+    deny, cancel = (json.loads(line) for line in runner.stop_lines())
+    assert deny == {"jsonrpc": "2.0", "id": 0, "result": {"outcome": {"outcome": "selected", "optionId": "deny"}}}
+    assert cancel == {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": runner.session_id}}
+
+
+def test_acp_cancelled_turn():
+    runner, steps, _ = replay("cancel")
+    assert events(steps, "result")[0]["stopReason"] == "cancelled" and steps[-1].finished
+    outcome = runner.outcome(exit_code("cancel"), "")
+    assert outcome.status == Status.FAILED and "cancelled" in outcome.error  # the supervisor's stop status wins
+
+
+def test_acp_cancel_after_deny_ends_the_prompt_with_an_error():
+    runner, steps, _ = replay("cancel_perm")
+    assert steps[-1].finished
+    outcome = runner.outcome(exit_code("cancel_perm"), "")
+    assert outcome.status == Status.FAILED and "Internal error" in outcome.error
+
+
+def test_acp_api_error_is_text_without_usage():
+    runner, steps, _ = replay("api_error")
+    outcome = runner.outcome(exit_code("api_error"), "")
+    assert outcome.status == Status.FAILED
+    assert outcome.error == "API call failed after 3 retries: HTTP 500: Boom from fake"
+
+
+def test_acp_resume_loads_the_session_and_keeps_history_out_of_the_result():
+    session_id = sent("resume2")[1]["params"]["sessionId"]
+    runner, steps, written = replay("resume2", resume_session_id=session_id)
+    assert [m.get("method") for m in written] == ["initialize", "session/load", "session/prompt"]
+    assert written[1]["params"] == {"sessionId": session_id, "cwd": "/tmp/w", "mcpServers": []}
+    assert [h["text"] for h in events(steps, "history")] == ["Say hello", "First answer."]
+    assert events(steps, "init")[0] == {"session_id": session_id, "resumed": True, "mode": "default"}
+    outcome = runner.outcome(exit_code("resume2"), "")
+    assert outcome.status == Status.DONE and outcome.result == "Second answer."
+
+
+def test_acp_resume_of_an_unknown_session_fails():
+    runner, steps, written = replay("load_unknown", resume_session_id="nope-unknown")
+    assert [m.get("method") for m in written] == ["initialize", "session/load"]
+    assert steps[-1].finished
+    outcome = runner.outcome(exit_code("load_unknown"), "")
+    assert outcome.status == Status.FAILED and "no session 'nope-unknown'" in outcome.error
+
+
+def test_acp_tool_call_and_its_result():
+    runner, steps, _ = replay("terminal")
+    (use,) = events(steps, "tool_use")
+    (result,) = events(steps, "tool_result")
+    assert use["kind"] == "execute" and use["name"] == "terminal: echo hi > t.txt"
+    assert result["tool_use_id"] == use["id"] and not result["is_error"] and "exit_code" in result["content"]
+
+
+def test_acp_exit_before_the_end_of_the_turn():
+    runner = HermesAcpRunner(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60))
+    outcome = runner.outcome(1, "Traceback ...\nImportError: no acp\n")
+    assert outcome.status == Status.FAILED and "code 1" in outcome.error and "no acp" in outcome.error
+
+
+def test_acp_agent_requests_bridge_does_not_offer_get_an_error():
+    runner = AcpRunner(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60))
+    step = runner.on_line(b'{"jsonrpc":"2.0","id":7,"method":"fs/read_text_file","params":{"path":"/etc/x"}}\n')
+    reply = json.loads(step.replies[0])
+    assert reply["id"] == 7 and reply["error"]["code"] == -32601
+
+
+def test_acp_model_option_sets_the_session_model():
+    runner, _, written = replay("plain", options={"model": "other-model"})
+    methods = [m.get("method") for m in written]
+    assert methods == ["initialize", "session/new", "session/set_model", "session/prompt"]
+    assert written[2]["params"]["modelId"] == "other-model"
+
+    _, _, written = replay("plain", permission_mode=PermissionMode.SKIP)
+    assert written[2]["method"] == "session/set_mode" and written[2]["params"]["modeId"] == "dont_ask"
+
+
+# --- one-shot -------------------------------------------------------------------------------------------------
+
+
+def oneshot(name: str) -> dict:
+    return json.loads((FIXTURES / f"oneshot_{name}.json").read_text())
+
+
+def run_oneshot(name: str, **task_fields) -> tuple[HermesOneShotRunner, list[Step], Step]:
+    runner = HermesOneShotRunner(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60, **task_fields))
+    record = oneshot(name)
+    steps = [runner.on_line(line) for line in record["stdout"].encode().splitlines(keepends=True)]
+    return runner, steps, runner.on_exit(record["stderr"])
+
+
+def test_oneshot_argv(settings):
+    settings.BRIDGE_HERMES_BIN = "/opt/hermes"
+    task = Task(
+        agent="hermes",
+        prompt="do it",
+        cwd="/tmp/w",
+        timeout_s=60,
+        permission_mode=PermissionMode.BYPASS,
+        resume_session_id="20261130_051707_5fa257",
+        options={"max_turns": 5, "model": "m", "skills": ["a", "b"], "toolsets": ["file", "terminal"]},
+    )
+    runner = HermesOneShotRunner(task)
+    assert runner.argv() == [
+        "/opt/hermes",
+        "chat",
+        "-q",
+        "do it",
+        "-Q",
+        "--max-turns",
+        "5",
+        "--resume",
+        "20261130_051707_5fa257",
+        "--model",
+        "m",
+        "-s",
+        "a",
+        "-s",
+        "b",
+        "-t",
+        "file,terminal",
+        "--yolo",
+        "--source",
+        "tool",
+    ]
+    assert not runner.uses_stdin
+    plain = HermesOneShotRunner(Task(agent="hermes", prompt="x", cwd="/tmp/w", timeout_s=60)).argv()
+    assert "--yolo" not in plain and "--resume" not in plain and "90" in plain
+
+
+def test_oneshot_answer_and_session_id():
+    runner, steps, end = run_oneshot("first")
+    assert [e for s in steps for e in s.events] == [
+        ("output", {"text": "One-shot answer, line one."}),
+        ("output", {"text": "Line two."}),
+    ]
+    assert end.session_id == oneshot("first")["stderr"].split()[-1]
+    outcome = runner.outcome(0, oneshot("first")["stderr"])
+    assert outcome.status == Status.DONE and outcome.result == "One-shot answer, line one.\nLine two."
+
+
+def test_oneshot_resumed_run_keeps_its_id():
+    runner, _, end = run_oneshot("second")
+    assert end.session_id == oneshot("first")["stderr"].split()[-1]
+    assert runner.outcome(0, oneshot("second")["stderr"]).result == "Resumed answer."
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("bad", "API call failed after 3 retries: HTTP 500: Boom oneshot"),
+        ("unknown", "Session not found: nope_123"),
+        ("skill", "Unknown skill(s): nonexistent-skill"),
+    ],
+)
+def test_oneshot_failures_carry_their_words(name, words):
+    record = oneshot(name)
+    runner, _, _ = run_oneshot(name)
+    outcome = runner.outcome(record["exit_code"], record["stderr"])
+    assert outcome.status == Status.FAILED and outcome.exit_code == 1
+    assert words in outcome.error and "session_id:" not in outcome.error
+
+
+# --- choosing the mode ----------------------------------------------------------------------------------------
+
+
+def test_mode_setting_and_auto(settings, tmp_path):
+    task = Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60)
+    settings.BRIDGE_HERMES_MODE = "oneshot"
+    assert hermes_mode(task) == "oneshot"
+    settings.BRIDGE_HERMES_MODE = "acp"
+    assert hermes_mode(task) == "acp"
+
+    settings.BRIDGE_HERMES_MODE = "auto"
+    bare = tmp_path / "bin" / "hermes"
+    bare.parent.mkdir()
+    bare.write_text(f"#!{sys.executable}\n")
+    bare.chmod(0o755)
+    settings.BRIDGE_HERMES_BIN = str(bare)
+    assert hermes_mode(task) == "oneshot", "no acp package next to this executable"
+    settings.BRIDGE_HERMES_BIN = "/nonexistent/hermes"
+    assert hermes_mode(task) == "oneshot"
+
+
+def test_auto_picks_acp_when_the_extra_is_installed(settings):
+    if not DEFAULT_HERMES_BIN.is_file():
+        pytest.skip(f"the Hermes CLI is not installed at {DEFAULT_HERMES_BIN}")
+    assert acp_installed(str(DEFAULT_HERMES_BIN))
+    settings.BRIDGE_HERMES_MODE = "auto"
+    settings.BRIDGE_HERMES_BIN = str(DEFAULT_HERMES_BIN)
+    assert hermes_mode(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60)) == "acp"
+    with_skills = Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60, options={"skills": ["x"]})
+    assert hermes_mode(with_skills) == "oneshot", "ACP cannot pass skills"
+
+
+def test_spawn_error_names_the_hermes_setting(supervisor, settings):
+    settings.BRIDGE_HERMES_BIN = "/nonexistent/hermes"
+    task = wait_for(make_task("hi", agent="hermes"))
+    assert task.status == Status.FAILED
+    assert "/nonexistent/hermes" in task.error and "BRIDGE_HERMES_BIN" in task.error
+
+
+def test_acp_result_is_the_final_message_and_each_message_is_one_text_event():
+    runner = HermesAcpRunner(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60))
+    runner.session_id = "s"
+
+    def update(update: dict) -> Step:
+        message = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s", "update": update}}
+        return runner.on_line(json.dumps(message).encode())
+
+    def chunk(text: str) -> Step:
+        return update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
+
+    tool = {"sessionUpdate": "tool_call", "toolCallId": "t1"}
+    steps = [chunk("Let me "), chunk("look."), update(tool), chunk("Done.")]
+    runner.calls[3] = "session/prompt"
+    steps.append(runner.on_line(b'{"jsonrpc":"2.0","id":3,"result":{"stopReason":"end_turn","usage":{}}}'))
+    assert events(steps, "text") == [{"text": "Let me look."}, {"text": "Done."}]
+    assert runner.outcome(0, "").result == "Done."
+
+
+def test_acp_questions_the_agent_stopped_waiting_for_are_withdrawn():
+    runner = HermesAcpRunner(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60))
+    runner.stdin_lines()
+    withdrawn = []
+    for entry in transcript("perm_deny"):
+        if entry["dir"] == "in":
+            withdrawn += runner.on_line(json.dumps(entry["msg"]).encode()).withdrawn
+    assert withdrawn == ["0"], "unanswered, then the model spoke again: the question is dead"
+    assert runner.pending_asks == {}
+
+
+def test_acp_says_which_options_it_could_not_pass():
+    _, steps, _ = replay("plain", options={"max_turns": 3, "skills": ["x"]})
+    (ignored,) = events(steps, "ignored_options")
+    assert ignored["options"] == {"max_turns": 3, "skills": ["x"]}
+    assert events(replay("plain")[1], "ignored_options") == []
