@@ -4,7 +4,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from jobs.errors import InvalidInput, Refused
+from jobs.errors import InvalidInput, NotFound, Refused
 
 
 def allowed_roots() -> list[Path]:
@@ -36,4 +36,28 @@ def resolve_cwd(raw: str | None) -> Path:
         raise InvalidInput(f"cwd {str(resolved)!r} does not exist")
     if not resolved.is_dir():
         raise InvalidInput(f"cwd {str(resolved)!r} is not a directory")
+    return resolved
+
+
+def readable_roots() -> list[Path]:
+    """Where hermes_read may look: the allowed roots plus BRIDGE_READ_ROOTS."""
+    return allowed_roots() + [root.resolve() for root in settings.BRIDGE_READ_ROOTS]
+
+
+def resolve_readable(raw: str) -> Path:
+    """Return the real path a planner may read, or raise: inside the readable roots unless BRIDGE_READ_ANYWHERE."""
+    candidate = Path(str(raw or "").strip()).expanduser()
+    if not str(raw or "").strip() or not candidate.is_absolute():
+        raise InvalidInput(f"path must be an absolute path, got {raw!r}")
+    resolved = candidate.resolve()
+    roots = readable_roots()
+    if not settings.BRIDGE_READ_ANYWHERE and not is_inside(resolved, roots):
+        raise Refused(
+            f"path {str(candidate)!r} resolves to {str(resolved)!r}, outside the readable roots: "
+            + ", ".join(str(r) for r in roots)
+            + " (BRIDGE_ALLOWED_ROOTS and BRIDGE_READ_ROOTS; BRIDGE_READ_ANYWHERE=1 lifts this)",
+            readable_roots=[str(r) for r in roots],
+        )
+    if not resolved.exists():
+        raise NotFound(f"path {str(resolved)!r} does not exist")
     return resolved

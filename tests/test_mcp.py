@@ -1,0 +1,558 @@
+"""The MCP server through the SDK's own client: `manage.py mcp` over stdio on the test database, and /mcp over
+Streamable HTTP on a real `runbridge`. Jobs run on the fake stream-json agent (and the fake one-shot Hermes)."""
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import psutil
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from jobs import actions, hermes_skills
+from jobs.models import Status, Task, Worker
+from tests.conftest import FAKES
+from tests.e2e import BridgeServer
+from tests.test_supervisor import database_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+REPO = Path(__file__).resolve().parent.parent
+JOB_ID = re.compile(r"^JOB_ID: (\S+)$", re.M)
+SESSION_ID = re.compile(r"^SESSION_ID: (\S+)$", re.M)
+TOOLS = {
+    "hermes_run",
+    "hermes_resume",
+    "hermes_status",
+    "hermes_jobs",
+    "hermes_read",
+    "hermes_capabilities",
+    "hermes_health",
+    "claude_run",
+    "claude_resume",
+    "task_cancel",
+    "permissions_pending",
+    "permission_decide",
+}
+
+
+class Reply:
+    def __init__(self, result: Any) -> None:
+        self.text = "\n".join(c.text for c in result.content if c.type == "text")
+        self.is_error = bool(result.is_error)
+
+    @property
+    def job_id(self) -> str:
+        match = JOB_ID.search(self.text)
+        assert match, f"no JOB_ID in:\n{self.text}"
+        return match.group(1)
+
+    @property
+    def status(self) -> str:
+        return self.text.splitlines()[0]
+
+    def __repr__(self) -> str:
+        return f"Reply(is_error={self.is_error}):\n{self.text}"
+
+
+class Session:
+    """A connected MCP client with a one-line call."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def call(self, tool: str, **arguments: Any) -> Reply:
+        return Reply(await self.client.call_tool(tool, arguments))
+
+
+@pytest.fixture
+def mcp_env(transactional_db, work_root, fake_agent, settings, tmp_path) -> dict[str, str]:
+    """The environment of a `manage.py mcp` on the test database, with no Hermes installed."""
+    data = tmp_path / "mcp-data"
+    data.mkdir()
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url(settings.DATABASES["default"]),
+        "BRIDGE_DATA_DIR": str(data),
+        "BRIDGE_CLAUDE_BIN": settings.BRIDGE_CLAUDE_BIN,
+        "BRIDGE_ALLOWED_ROOTS": str(work_root),
+        "BRIDGE_KILL_GRACE_S": "1",
+        "BRIDGE_POLL_S": "0.1",
+        "BRIDGE_HERMES_BIN": str(tmp_path / "no-such-hermes"),
+        "HERMES_HOME": str(tmp_path / "hermes-home"),
+    }
+
+
+def over_stdio(env: dict[str, str], steps: Callable[[Session], Awaitable[Any]]) -> Any:
+    """Spawn `manage.py mcp`, run `steps` with a session, and let the process exit."""
+
+    async def main() -> Any:
+        params = StdioServerParameters(command=sys.executable, args=[str(REPO / "manage.py"), "mcp"], env=env, cwd=REPO)
+        async with Client(params, read_timeout_seconds=60) as client:
+            return await steps(Session(client))
+
+    return asyncio.run(main())
+
+
+def call_stdio(env: dict[str, str], tool: str, **arguments: Any) -> Reply:
+    return over_stdio(env, lambda s: s.call(tool, **arguments))
+
+
+def test_tools_schemas_and_instructions_over_stdio(mcp_env):
+    async def steps(session: Session):
+        return session.client.instructions, (await session.client.list_tools()).tools
+
+    instructions, tools = over_stdio(mcp_env, steps)
+    assert {t.name for t in tools} == TOOLS
+    schemas = {t.name: t.input_schema for t in tools}
+    assert schemas["hermes_run"]["required"] == ["task"]
+    assert list(schemas["hermes_run"]["properties"]) == [
+        "task",
+        "cwd",
+        "max_turns",
+        "timeout_s",
+        "wait_s",
+        "skills",
+        "toolsets",
+    ]
+    assert schemas["hermes_run"]["properties"]["wait_s"]["default"] == 5
+    assert schemas["hermes_status"]["properties"]["wait_s"]["default"] == 30
+    assert set(schemas["hermes_resume"]["required"]) == {"session_id", "task"}
+    assert schemas["permission_decide"]["properties"]["behavior"]["enum"] == ["allow", "deny"]
+    assert all(t.description for t in tools)
+    assert "NOT a failure" in instructions and "hermes_read" in instructions and "orphaned" in instructions
+
+
+def test_run_then_status_then_read_the_artifact(mcp_env, supervisor, work_root):
+    script = 'say starting\nask Bash {"command": "echo made by the agent > out.txt"}\nsay the end'
+
+    async def steps(session: Session):
+        started = await session.call("claude_run", task=script, cwd=str(work_root), permission_mode="bypass", wait_s=0)
+        done = await session.call("hermes_status", job_id=started.job_id, wait_s=60)
+        read = await session.call("hermes_read", path=str(work_root / "out.txt"))
+        listing = await session.call("hermes_read", path=str(work_root))
+        jobs = await session.call("hermes_jobs")
+        return started, done, read, listing, jobs
+
+    started, done, read, listing, jobs = over_stdio(mcp_env, steps)
+    assert not started.is_error and started.status in ("STATUS: queued", "STATUS: running"), started
+    assert "This is NOT a failure and NOT a timeout" in started.text and "Do not re-run the task" in started.text
+    assert f"CWD: {work_root}" in started.text and "TIMEOUT_S: 1800" in started.text
+    assert done.status == "STATUS: ok", done
+    assert "EXIT_CODE: 0" in done.text and "--- CLAUDE OUTPUT ---\nthe end" in done.text
+    assert SESSION_ID.search(done.text)
+    assert "made by the agent" in read.text and not read.is_error
+    assert "out.txt" in listing.text and listing.text.startswith(f"DIRECTORY: {work_root}")
+    assert started.job_id in jobs.text and "ok" in jobs.text
+    task = Task.objects.get(public_id=started.job_id)
+    assert (task.source, task.agent, task.status) == ("mcp", "claude", Status.DONE)
+
+
+def test_identical_task_joins_the_running_job_and_cancel_stops_it(mcp_env, supervisor, work_root):
+    script = "say working\nsleep 30"
+
+    async def steps(session: Session):
+        first = await session.call("claude_run", task=script, cwd=str(work_root), wait_s=0)
+        second = await session.call("claude_run", task=script, cwd=str(work_root), wait_s=0)
+        other = await session.call("claude_run", task=script + "\nsay more", cwd=str(work_root), wait_s=0)
+        cancelled = await session.call("task_cancel", job_id=first.job_id, reason="enough")
+        final = await session.call("hermes_status", job_id=first.job_id, wait_s=30)
+        await session.call("task_cancel", job_id=other.job_id)
+        return first, second, other, cancelled, final
+
+    first, second, other, cancelled, final = over_stdio(mcp_env, steps)
+    assert second.job_id == first.job_id
+    assert "identical task was already" in second.text and "no second worker" in second.text
+    assert "identical task" not in first.text
+    assert other.job_id != first.job_id
+    assert Task.objects.filter(prompt=script).count() == 1
+    assert not cancelled.is_error
+    assert final.status == "STATUS: cancelled" and "ERROR: enough" in final.text, final
+
+
+def test_cwd_outside_the_roots_is_refused_and_nothing_starts(mcp_env, supervisor, work_root, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (work_root / "escape").symlink_to(outside)
+
+    async def steps(session: Session):
+        return [
+            await session.call("claude_run", task="say hi", cwd=str(outside)),
+            await session.call("claude_run", task="say hi", cwd=str(work_root / "escape")),
+        ]
+
+    for reply in over_stdio(mcp_env, steps):
+        assert reply.is_error and reply.status == "STATUS: refused", reply
+        assert str(work_root) in reply.text and "allowed roots" in reply.text
+    assert Task.objects.count() == 0
+
+
+def test_resume_latest_and_bad_session_ids(mcp_env, supervisor, work_root):
+    other_cwd = work_root / "other"
+    other_cwd.mkdir()
+
+    async def steps(session: Session):
+        first = await session.call("claude_run", task="say one", cwd=str(work_root), wait_s=60)
+        resumed = await session.call(
+            "claude_resume", session_id="latest", task="say two", cwd=str(work_root), wait_s=60
+        )
+        session_id = SESSION_ID.search(first.text).group(1)
+        by_id = await session.call("claude_resume", session_id=session_id, task="say three", wait_s=60)
+        unknown = await session.call("claude_resume", session_id="no-such-session", task="x", cwd=str(work_root))
+        wrong_cwd = await session.call("claude_resume", session_id=session_id, task="x", cwd=str(other_cwd))
+        no_latest = await session.call("claude_resume", session_id="latest", task="x", cwd=str(other_cwd))
+        return first, resumed, by_id, unknown, wrong_cwd, no_latest
+
+    first, resumed, by_id, unknown, wrong_cwd, no_latest = over_stdio(mcp_env, steps)
+    assert first.status == resumed.status == by_id.status == "STATUS: ok", (first, resumed, by_id)
+    session_id = SESSION_ID.search(first.text).group(1)
+    assert SESSION_ID.search(resumed.text).group(1) == session_id
+    assert Task.objects.get(public_id=resumed.job_id).resume_session_id == session_id
+    assert Task.objects.get(public_id=by_id.job_id).cwd == str(work_root), "a resume defaults to its session's cwd"
+    assert unknown.is_error and "knows no claude session 'no-such-session'" in unknown.text
+    assert wrong_cwd.is_error and "can only be resumed where it started" in wrong_cwd.text
+    assert no_latest.is_error and "no 'latest'" in no_latest.text
+    assert Task.objects.count() == 3
+
+
+def test_a_job_outlives_the_mcp_process_that_started_it(mcp_env, supervisor, work_root):
+    started = call_stdio(mcp_env, "claude_run", task="sleep 0.5\nsay survived", cwd=str(work_root), wait_s=0)
+    assert started.status in ("STATUS: queued", "STATUS: running"), started
+    collected = call_stdio(mcp_env, "hermes_status", job_id=started.job_id, wait_s=60)
+    assert collected.status == "STATUS: ok" and collected.text.endswith("survived"), collected
+
+
+def test_without_a_supervisor_the_mcp_server_starts_one_that_outlives_it(mcp_env, work_root):
+    task = "sleep 1\nsay hello from the detached one"
+    started = call_stdio(mcp_env, "claude_run", task=task, cwd=str(work_root), wait_s=0)
+    match = re.search(r"started one \(pid (\d+), log (\S+)\)", started.text)
+    assert match, started
+    pid = int(match.group(1))
+    try:
+        assert os.getsid(pid) == pid, "the supervisor runs in a session of its own, detached from the MCP client"
+        assert psutil.Process(pid).status() != psutil.STATUS_ZOMBIE, "it outlives the MCP process that started it"
+        collected = call_stdio(mcp_env, "hermes_status", job_id=started.job_id, wait_s=60)
+        assert collected.status == "STATUS: ok" and collected.text.endswith("hello from the detached one")
+        assert Worker.objects.filter(pid=pid, stopped_at__isnull=True).exists()
+        health = call_stdio(mcp_env, "hermes_health")
+        assert f"pid {pid}" in health.text
+        assert Path(match.group(2)).parent == Path(mcp_env["BRIDGE_DATA_DIR"]).resolve()
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        try:
+            psutil.Process(pid).wait(timeout=30)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def test_bad_input_gets_clear_errors(mcp_env, supervisor, work_root, tmp_path):
+    (tmp_path / "secret.txt").write_text("not for planners")
+    (work_root / "link").symlink_to(tmp_path / "secret.txt")
+    (work_root / "big.txt").write_text("x" * 5000)
+    (work_root / "blob.bin").write_bytes(b"\x89PNG\0\0\x01\x02" * 10)
+    done = actions.create_task(actions.TaskSpec(prompt="say quick", cwd=str(work_root)))
+
+    async def steps(session: Session):
+        await session.call("hermes_status", job_id=str(done.public_id), wait_s=60)
+        return {
+            "unknown job": await session.call("hermes_status", job_id="7d0c1f9e-0000-4000-8000-000000000000"),
+            "not a uuid": await session.call("hermes_status", job_id="job-1"),
+            "negative wait": await session.call("hermes_status", job_id=str(done.public_id), wait_s=-1),
+            "huge wait": await session.call("hermes_status", job_id=str(done.public_id), wait_s=1e9),
+            "missing path": await session.call("hermes_read", path=str(work_root / "nope.txt")),
+            "relative path": await session.call("hermes_read", path="big.txt"),
+            "outside": await session.call("hermes_read", path=str(tmp_path / "secret.txt")),
+            "symlink out": await session.call("hermes_read", path=str(work_root / "link")),
+            "truncated": await session.call("hermes_read", path=str(work_root / "big.txt"), max_bytes=100),
+            "over cap": await session.call("hermes_read", path=str(work_root / "big.txt"), max_bytes=10**12),
+            "zero bytes": await session.call("hermes_read", path=str(work_root / "big.txt"), max_bytes=0),
+            "binary": await session.call("hermes_read", path=str(work_root / "blob.bin")),
+            "empty task": await session.call("claude_run", task="  ", cwd=str(work_root)),
+            "cancel done": await session.call("task_cancel", job_id=str(done.public_id)),
+            "decide nothing": await session.call("permission_decide", job_id=str(done.public_id), behavior="allow"),
+        }
+
+    replies = over_stdio(mcp_env, steps)
+    expected_errors = {
+        "unknown job": "no task 7d0c1f9e",
+        "not a uuid": "task ids look like",
+        "negative wait": "wait_s must be a number of seconds >= 0",
+        "missing path": "does not exist",
+        "relative path": "must be an absolute path",
+        "outside": "outside the readable roots",
+        "symlink out": "outside the readable roots",
+        "zero bytes": "max_bytes must be at least 1",
+        "empty task": "prompt is empty",
+        "cancel done": "already ended",
+        "decide nothing": "no pending permission request",
+    }
+    for name, words in expected_errors.items():
+        reply = replies[name]
+        assert reply.is_error and words in reply.text, (name, reply)
+        assert reply.status in ("STATUS: error", "STATUS: refused"), (name, reply)
+    assert replies["outside"].status == replies["symlink out"].status == "STATUS: refused"
+    assert "not for planners" not in replies["symlink out"].text
+    huge = replies["huge wait"]
+    assert not huge.is_error and "clamped to 150 s" in huge.text and huge.status == "STATUS: ok"
+    assert "showed 100 of 5000 bytes" in replies["truncated"].text
+    assert "x" * 100 in replies["truncated"].text and "x" * 101 not in replies["truncated"].text
+    assert "clamped to 1048576" in replies["over cap"].text and "x" * 5000 in replies["over cap"].text
+    binary = replies["binary"]
+    assert not binary.is_error and "BINARY: yes" in binary.text and "PNG" not in binary.text.split("First bytes")[1]
+    assert Task.objects.count() == 1
+
+
+def test_read_roots_widen_reading_and_read_anywhere_lifts_it(mcp_env, supervisor, tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "spec.md").write_text("the spec")
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("anywhere")
+    with_roots = {**mcp_env, "BRIDGE_READ_ROOTS": str(docs)}
+    assert "the spec" in call_stdio(with_roots, "hermes_read", path=str(docs / "spec.md")).text
+    refused = call_stdio(with_roots, "hermes_read", path=str(elsewhere))
+    assert refused.is_error and str(docs) in refused.text, "the refusal names every readable root"
+    anywhere = call_stdio({**mcp_env, "BRIDGE_READ_ANYWHERE": "1"}, "hermes_read", path=str(elsewhere))
+    assert not anywhere.is_error and "anywhere" in anywhere.text
+
+
+def test_permissions_listed_and_decided_with_updated_input(mcp_env, supervisor, work_root):
+    script = 'ask Bash {"command": "echo original"}\nask Bash {"command": "echo second"}'
+
+    async def steps(session: Session):
+        started = await session.call("claude_run", task=script, cwd=str(work_root), wait_s=30)
+        pending = await session.call("permissions_pending", job_id=started.job_id)
+        allowed = await session.call(
+            "permission_decide",
+            job_id=started.job_id,
+            behavior="allow",
+            updated_input={"command": "echo replaced"},
+        )
+        await session.call("hermes_status", job_id=started.job_id, wait_s=30)
+        denied = await session.call("permission_decide", job_id=started.job_id, behavior="deny", message="no more")
+        final = await session.call("hermes_status", job_id=started.job_id, wait_s=30)
+        return started, pending, allowed, denied, final
+
+    started, pending, allowed, denied, final = over_stdio(mcp_env, steps)
+    assert "PENDING_PERMISSIONS: 1" in started.text, "run returns early when the agent asks"
+    assert "TOOL: Bash" in pending.text and "echo original" in pending.text
+    assert allowed.text.startswith("DECISION: allowed") and denied.text.startswith("DECISION: denied")
+    assert final.status == "STATUS: ok", final
+    task = Task.objects.get(public_id=started.job_id)
+    results = [e.data for e in actions.events_since(task) if e.kind == "tool_result"]
+    assert "replaced" in str(results[0]) and "no more" in str(results[1])
+    assert set(task.permission_requests.values_list("decided_via", flat=True)) == {"mcp"}
+
+
+def test_hermes_missing_is_a_clear_error(mcp_env, work_root):
+    async def steps(session: Session):
+        return [
+            await session.call("hermes_run", task="say hi", cwd=str(work_root)),
+            await session.call("hermes_health"),
+        ]
+
+    for reply in over_stdio(mcp_env, steps):
+        assert reply.is_error and reply.status == "STATUS: error", reply
+        assert "BRIDGE_HERMES_BIN" in reply.text and "no-such-hermes" in reply.text
+    assert Task.objects.count() == 0
+
+
+def fake_hermes_install(root: Path, version: str = "0.19.7") -> Path:
+    """A venv-shaped folder with an executable `hermes` (leaving a `ran` file when run) and hermes-agent's
+    package metadata."""
+    executable = root / "bin" / "hermes"
+    executable.parent.mkdir(parents=True)
+    executable.write_text(
+        f'#!/bin/sh\ntouch "{root / "ran"}"\nexec "{sys.executable}" "{FAKES / "fake_hermes.py"}" "$@"\n'
+    )
+    executable.chmod(0o755)
+    dist = root / "lib" / "python3.11" / "site-packages" / f"hermes_agent-{version}.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: hermes-agent\nVersion: {version}\n")
+    return executable
+
+
+def test_health_reads_the_version_from_package_metadata(mcp_env, supervisor, tmp_path):
+    executable = fake_hermes_install(tmp_path / "hermes-venv")
+    reply = call_stdio({**mcp_env, "BRIDGE_HERMES_BIN": str(executable)}, "hermes_health")
+    assert not reply.is_error, reply
+    assert not (tmp_path / "hermes-venv" / "ran").exists(), "health must not run Hermes"
+    assert f"HERMES: {executable}" in reply.text and "HERMES_VERSION: 0.19.7" in reply.text
+    assert "HERMES_MODE: auto (no ACP extra: one-shot only)" in reply.text
+    assert "DATABASE: ok" in reply.text and "SUPERVISOR: alive" in reply.text and "JOBS: queued=0" in reply.text
+
+
+def write_skill(home: Path, category: str, name: str, description: str, tags: list[str]) -> None:
+    folder = home / "skills" / category / name
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(
+        f"---\nname: {name}\ndescription: {description}\nversion: 1.0.0\n"
+        f"metadata:\n  hermes:\n    tags: [{', '.join(tags)}]\n---\n# {name}\nBody text.\n"
+    )
+
+
+def test_capabilities_read_the_skill_library_from_disk(mcp_env, supervisor):
+    home = Path(mcp_env["HERMES_HOME"])
+    write_skill(home, "devops", "docker-compose", "Run multi-container apps with Docker Compose", ["docker"])
+    write_skill(home, "devops", "kubernetes", "Deploy to a Kubernetes cluster", ["k8s", "docker"])
+    write_skill(home, "research", "arxiv", "Search and summarise arXiv papers", ["papers"])
+    (home / "skills" / "devops" / "DESCRIPTION.md").write_text("Building, shipping and running software.\n")
+
+    async def steps(session: Session):
+        return [
+            await session.call("hermes_capabilities"),
+            await session.call("hermes_capabilities", query="docker"),
+            await session.call("hermes_capabilities", category="research"),
+            await session.call("hermes_capabilities", query="docker", limit=1),
+            await session.call("hermes_capabilities", limit=0),
+        ]
+
+    summary, docker, research, limited, bad = over_stdio(mcp_env, steps)
+    assert "CATEGORIES: 2  SKILLS: 3" in summary.text
+    assert "devops (2 skills): Building, shipping and running software." in summary.text
+    assert "research (1 skills)" in summary.text and "arxiv" not in summary.text
+    assert "MATCHES: 2" in docker.text and "docker-compose (devops)" in docker.text and "kubernetes" in docker.text
+    assert "MATCHES: 1" in research.text and "arxiv (research): Search and summarise arXiv papers" in research.text
+    assert "MATCHES: 2 (showing 1)" in limited.text and len(limited.text.splitlines()) == 2
+    assert bad.is_error and "limit must be at least 1" in bad.text
+
+
+def test_hermes_run_status_and_latest_resume_with_the_fake_hermes(mcp_env, supervisor, work_root, tmp_path, settings):
+    settings.BRIDGE_HERMES_BIN = str(fake_hermes_install(tmp_path / "hv"))
+    settings.BRIDGE_HERMES_MODE = "oneshot"
+    env = {**mcp_env, "BRIDGE_HERMES_BIN": settings.BRIDGE_HERMES_BIN, "BRIDGE_HERMES_MODE": "oneshot"}
+
+    async def steps(session: Session):
+        first = await session.call("hermes_run", task="write out.txt made\nsay hermes done", cwd=str(work_root))
+        first = await session.call("hermes_status", job_id=first.job_id, wait_s=60)
+        again = await session.call("hermes_resume", session_id="latest", task="say again", cwd=str(work_root))
+        again = await session.call("hermes_status", job_id=again.job_id, wait_s=60)
+        return first, again
+
+    first, again = over_stdio(env, steps)
+    assert first.status == "STATUS: ok" and "--- HERMES OUTPUT ---" in first.text and "hermes done" in first.text
+    assert (work_root / "out.txt").read_text() == "made\n"
+    assert SESSION_ID.search(again.text).group(1) == SESSION_ID.search(first.text).group(1)
+
+
+# --- Streamable HTTP on a real runbridge ----------------------------------------------------------------
+
+
+@pytest.fixture
+def bridge(tmp_path, fake_agent):
+    server = BridgeServer(tmp_path / "bridge", fake_url="http://127.0.0.1:9", claude=str(fake_agent))
+    server.env["BRIDGE_HERMES_BIN"] = str(tmp_path / "no-such-hermes")
+    with server:
+        yield server
+
+
+def over_http(bridge: BridgeServer, token: str, steps: Callable[[Session], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60, trust_env=False) as http,
+            Client(streamable_http_client(bridge.url + "/mcp", http_client=http)) as client,
+        ):
+            return await steps(Session(client))
+
+    return asyncio.run(main())
+
+
+def test_http_needs_a_token(bridge):
+    for headers in ({}, {"Authorization": "Bearer brg_wrong-token-that-is-long-enough"}):
+        response = httpx.post(
+            bridge.url + "/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={"Accept": "application/json, text/event-stream", **headers},
+            trust_env=False,
+        )
+        assert response.status_code == 401 and "Bearer" in response.json()["error"]
+    rebound = httpx.post(
+        bridge.url + "/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {bridge.token}"}
+        | {"Host": "evil.example"},
+        trust_env=False,
+    )
+    assert rebound.status_code == 421, "a Host outside ALLOWED_HOSTS is refused (DNS rebinding)"
+    with pytest.raises(Exception):  # noqa: B017 - the SDK client's own failure, whatever its class
+        over_http(bridge, "brg_wrong-token-that-is-long-enough", lambda s: s.client.list_tools())
+    assert httpx.get(bridge.url + "/health", trust_env=False).status_code == 200, "Django still answers the rest"
+
+
+def test_http_tools_and_the_run_status_read_flow(bridge):
+    script = 'ask Bash {"command": "echo over http > http.txt"}\nsay served'
+
+    async def steps(session: Session):
+        tools = (await session.client.list_tools()).tools
+        started = await session.call(
+            "claude_run", task=script, cwd=str(bridge.work), permission_mode="bypass", wait_s=0
+        )
+        done = await session.call("hermes_status", job_id=started.job_id, wait_s=60)
+        read = await session.call("hermes_read", path=str(bridge.work / "http.txt"))
+        refused = await session.call("claude_run", task="say hi", cwd="/")
+        return tools, started, done, read, refused
+
+    tools, started, done, read, refused = over_http(bridge, bridge.token, steps)
+    assert {t.name for t in tools} == TOOLS
+    assert started.status in ("STATUS: queued", "STATUS: running") and "started one" not in started.text
+    assert done.status == "STATUS: ok" and done.text.endswith("served"), done
+    assert "over http" in read.text
+    assert refused.is_error and refused.status == "STATUS: refused"
+    assert bridge.task(started.job_id)["source"] == "mcp", "the REST API sees the same job"
+
+
+# --- latency ---------------------------------------------------------------------------------------------
+
+
+def first_output_latency(cwd: Path) -> Callable[[Session], Awaitable[float]]:
+    """Seconds from claude_run returning to the agent's first words showing in hermes_status."""
+
+    async def steps(session: Session) -> float:
+        started = await session.call("claude_run", task="say first words\nsleep 5", cwd=str(cwd), wait_s=0)
+        returned = time.monotonic()
+        while True:
+            status = await session.call("hermes_status", job_id=started.job_id, wait_s=0)
+            if "first words" in status.text:
+                latency = time.monotonic() - returned
+                await session.call("task_cancel", job_id=started.job_id)
+                return latency
+            assert time.monotonic() - returned < 30, status
+
+    return steps
+
+
+def test_first_output_latency_over_stdio_and_http(mcp_env, supervisor, work_root, bridge):
+    stdio = over_stdio(mcp_env, first_output_latency(work_root))
+    http = over_http(bridge, bridge.token, first_output_latency(bridge.work))
+    print(
+        f"\nfirst agent output visible through hermes_status after claude_run returned: stdio {stdio:.3f} s, "
+        f"http {http:.3f} s (fake agent)"
+    )
+    assert stdio < 5 and http < 5
+
+
+def test_capabilities_fall_back_to_the_index_hermes_writes(tmp_path):
+    snapshot = {
+        "version": 1,
+        "skills": [
+            {"skill_name": "arxiv", "category": "research", "frontmatter_name": "arxiv", "description": "Find papers"},
+            {"skill_name": "gif", "category": "media/images", "frontmatter_name": "gif-maker", "description": "GIFs"},
+        ],
+        "category_descriptions": {"research": "Reading the literature."},
+    }
+    (tmp_path / ".skills_prompt_snapshot.json").write_text(json.dumps(snapshot))
+    library = hermes_skills.read_library(tmp_path)
+    assert library.categories == {"research": "Reading the literature.", "media/images": ""}
+    assert [(s.name, s.category) for s in hermes_skills.search(library, "gif")] == [("gif-maker", "media/images")]
+    missing = tmp_path / "missing"
+    assert hermes_skills.read_library(missing).problems == [f"no skill library at {missing / 'skills'}"]
