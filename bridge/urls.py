@@ -1,6 +1,7 @@
-"""URL map: /health is open; /v1/ is the REST API (OpenAPI at /v1/docs); /admin/ for history."""
+"""URL map: /health is open; /v1/ is the REST API (OpenAPI at /v1/docs); the pages; /admin/ for history."""
 
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from jobs import views
@@ -11,4 +12,14 @@ urlpatterns = [
     path("v1/task/output/stream", views.task_stream, name="task-stream"),
     path("v1/", api.urls),
     path("admin/", admin.site.urls),
+    path("", views.dashboard, name="dashboard"),
+    path("tasks/new", views.new_task, name="task-new"),
+    path("tasks/<str:task_id>/", views.task_page, name="task-page"),
+    path("tasks/<str:task_id>/cancel", views.cancel_task, name="task-cancel"),
+    path("tasks/<str:task_id>/follow-up", views.follow_up, name="task-follow-up"),
+    path("tasks/<str:task_id>/permissions/<str:request_id>", views.decide, name="task-decide"),
+    path("usage/", views.usage, name="usage"),
+    path("login/", auth_views.LoginView.as_view(template_name="jobs/login.html"), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/link/<str:uidb64>/<str:token>/", views.login_with_link, name="login-link"),
 ]

@@ -1,30 +1,162 @@
-"""History in the Django admin (read-mostly; state changes still go through jobs.actions)."""
+"""History in the Django admin: search, filter and read every task, its transcript and its permission decisions.
 
-from django.contrib import admin
+Rows change only through jobs.actions (DESIGN.md principle 3), so the admin is read-only except for actions that
+call it: cancelling a task, creating (shown once) and revoking API tokens.
+"""
 
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from jobs import actions, auth
+from jobs.errors import BridgeError
 from jobs.models import AgentSession, ApiToken, PermissionRequest, Task, TaskEvent, Worker
+
+admin.site.site_header = "Bridge administration"
+admin.site.site_title = "Bridge"
+admin.site.index_title = "History: tasks, transcripts, permission decisions, tokens"
+admin.site.site_url = "/"
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """History is never edited by hand: Bridge's own records stay what the service layer wrote."""
+
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+class PermissionInline(admin.TabularInline):
+    model = PermissionRequest
+    fields = ("request_id", "tool_name", "input", "status", "updated_input", "message", "decided_by", "decided_via")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+@admin.action(description="Cancel selected tasks (through actions.request_cancel)")
+def cancel_tasks(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+    who = f"user:{request.user.get_username()}"
+    for task in queryset:
+        try:
+            actions.request_cancel(task, reason=f"cancelled in the admin by {who}", by=who)
+        except BridgeError as exc:
+            modeladmin.message_user(request, exc.message, messages.WARNING)
+        else:
+            modeladmin.message_user(request, f"task {task.public_id}: cancel requested", messages.SUCCESS)
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
-    list_display = ("public_id", "agent", "status", "cwd", "created_at", "cost_usd")
-    list_filter = ("status", "agent", "source")
-    search_fields = ("prompt", "cwd", "public_id")
+class TaskAdmin(ReadOnlyAdmin):
+    list_display = ("public_id", "status", "agent", "short_prompt", "cwd", "created_at", "cost_usd", "source")
+    list_filter = ("status", "agent", "source", "created_at")
+    search_fields = ("prompt", "cwd", "=public_id")
     date_hierarchy = "created_at"
+    actions = [cancel_tasks]
+    inlines = [PermissionInline]
+    readonly_fields = ("live_page", "transcript")
+    fieldsets = (
+        (None, {"fields": ("live_page", "public_id", "status", "agent", "prompt", "cwd", "permission_mode")}),
+        ("Run", {"fields": ("created_at", "started_at", "finished_at", "worker", "pid", "exit_code", "timeout_s")}),
+        ("Outcome", {"fields": ("result", "error", "stderr_tail", "cancel_reason", "transcript")}),
+        (
+            "Usage",
+            {"fields": ("cost_usd", "input_tokens", "output_tokens", "cache_creation_input_tokens", "num_turns")},
+        ),
+        ("Origin", {"fields": ("options", "source", "created_by", "session", "resume_session_id")}),
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj=None) -> list[str]:
+        return [f for fields in (opts["fields"] for _, opts in self.fieldsets) for f in fields]
+
+    @admin.display(description="prompt")
+    def short_prompt(self, task: Task) -> str:
+        return task.prompt[:80]
+
+    @admin.display(description="live page")
+    def live_page(self, task: Task) -> str:
+        return format_html('<a href="{}">open the live task page</a>', reverse("task-page", args=[task.public_id]))
+
+    @admin.display(description="transcript")
+    def transcript(self, task: Task) -> str:
+        url = reverse("admin:jobs_taskevent_changelist") + f"?task__id__exact={task.pk}"
+        return format_html('<a href="{}">{} events, paged</a>', url, task.last_seq)
+
+
+@admin.register(TaskEvent)
+class TaskEventAdmin(ReadOnlyAdmin):
+    list_display = ("task", "seq", "kind", "summary", "created_at")
+    list_filter = ("kind",)
+    search_fields = ("=task__public_id",)
+    list_per_page = 100
+    list_select_related = ("task",)
+
+    @admin.display(description="data")
+    def summary(self, event: TaskEvent) -> str:
+        data = event.data or {}
+        text = data.get("text") or data.get("content") or data.get("status") or data.get("name") or str(data)
+        return str(text)[:160]
 
 
 @admin.register(PermissionRequest)
-class PermissionRequestAdmin(admin.ModelAdmin):
-    list_display = ("task", "request_id", "tool_name", "status", "decided_via", "decided_by", "created_at")
-    list_filter = ("status", "decided_via")
+class PermissionRequestAdmin(ReadOnlyAdmin):
+    list_display = ("task", "tool_name", "status", "decided_by", "decided_via", "created_at", "decided_at")
+    list_filter = ("status", "decided_via", "tool_name")
+    search_fields = ("=task__public_id", "tool_name", "decided_by")
+    list_select_related = ("task",)
 
 
-admin.site.register(TaskEvent)
-admin.site.register(AgentSession)
-admin.site.register(Worker)
+@admin.register(AgentSession)
+class AgentSessionAdmin(ReadOnlyAdmin):
+    list_display = ("session_id", "agent", "title", "cwd", "total_cost_usd", "updated_at")
+    list_filter = ("agent",)
+    search_fields = ("session_id", "title", "cwd")
+
+
+@admin.register(Worker)
+class WorkerAdmin(ReadOnlyAdmin):
+    list_display = ("name", "host", "pid", "capacity", "heartbeat_at", "stopped_at")
+
+
+@admin.action(description="Revoke selected tokens")
+def revoke_tokens(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+    revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+    modeladmin.message_user(request, f"revoked {revoked} token(s)", messages.SUCCESS)
 
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ("name", "prefix", "created_at", "last_used_at", "revoked_at")
-    readonly_fields = ("prefix", "hash", "created_at", "last_used_at")
+    actions = [revoke_tokens]
+
+    def get_fields(self, request: HttpRequest, obj=None) -> tuple[str, ...]:
+        return ("name",) if obj is None else ("name", "prefix", "created_at", "last_used_at", "revoked_at")
+
+    def get_readonly_fields(self, request: HttpRequest, obj=None) -> tuple[str, ...]:
+        return () if obj is None else self.get_fields(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: ApiToken, form, change: bool) -> None:
+        """A new token is made by jobs.auth (hashed) and its plain text is shown here, once."""
+        if change:
+            return
+        row, token = auth.create_token(obj.name)
+        obj.pk, obj.prefix, obj.hash, obj.created_at = row.pk, row.prefix, row.hash, row.created_at
+        self.message_user(request, f"Token {row.name!r} created. Copy it now, it is not shown again: {token}")

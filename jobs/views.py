@@ -1,4 +1,7 @@
-"""Plain views: the open health check and the SSE stream (ninja does not stream)."""
+"""Plain views: the open health check, the SSE stream (ninja does not stream), the browser pages and login link.
+
+Pages are thin adapters: every button calls the same jobs.actions function as the REST API, with via="web".
+"""
 
 import json
 import time
@@ -6,14 +9,24 @@ from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import get_user_model, login
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.tokens import default_token_generator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
+from django.db.models import Count, Max, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from django.views.decorators.http import require_GET
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_decode, urlsafe_base64_encode
+from django.views.decorators.http import require_GET, require_POST
 
-from jobs import actions, auth, doorbell
+from jobs import actions, auth, doorbell, reports
 from jobs.errors import BridgeError
-from jobs.models import TERMINAL_STATUSES, Task, TaskEvent
+from jobs.forms import DecisionForm, FollowUpForm, NewTaskForm
+from jobs.models import TERMINAL_STATUSES, Agent, DecidedVia, PermissionStatus, Source, Status, Task, TaskEvent
 
 SSE_BATCH = 500
 
@@ -110,3 +123,183 @@ async def task_stream(request: HttpRequest) -> HttpResponse:
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
+
+
+# --- browser pages ----------------------------------------------------------------------------------------------
+
+DASHBOARD_LIMIT = 200
+
+
+def with_pending_count(tasks: QuerySet) -> QuerySet:
+    """Tasks annotated with how many of their permission requests wait for an answer (the dashboard badge)."""
+    pending = Q(permission_requests__status=PermissionStatus.PENDING)
+    return tasks.annotate(pending_count=Count("permission_requests", filter=pending))
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    """Every task, newest first; rows update live over /ws/tasks/ from the cursor the page was rendered at."""
+    status, agent = request.GET.get("status", ""), request.GET.get("agent", "")
+    tasks = Task.objects.order_by("-created_at")
+    if status:
+        tasks = tasks.filter(status=status)
+    if agent:
+        tasks = tasks.filter(agent=agent)
+    context = {
+        "tasks": with_pending_count(tasks)[:DASHBOARD_LIMIT],
+        "cursor": TaskEvent.objects.aggregate(latest=Max("pk"))["latest"] or 0,
+        "pending_permissions": len(actions.pending_permissions()),
+        "counts": actions.queue_counts(),
+        "statuses": Status.values,
+        "agents": Agent.choices,
+        "status": status,
+        "agent": agent,
+    }
+    return render(request, "jobs/dashboard.html", context)
+
+
+def _task_or_404(request: HttpRequest, task_id: str) -> Task | HttpResponse:
+    try:
+        return actions.get_task(task_id)
+    except BridgeError as exc:
+        return render(request, "jobs/error.html", {"message": exc.message}, status=exc.http_status)
+
+
+@login_required
+def task_page(request: HttpRequest, task_id: str) -> HttpResponse:
+    """The live transcript is filled in by static/bridge/task.js from /ws/tasks/<id>/ (replayed from seq 0)."""
+    task = _task_or_404(request, task_id)
+    if isinstance(task, HttpResponse):
+        return task
+    context = {
+        "task": task,
+        "follow_up_form": FollowUpForm(),
+        "admin_url": reverse("admin:jobs_task_change", args=[task.pk]),
+        "is_terminal": task.is_terminal,
+    }
+    return render(request, "jobs/task.html", context)
+
+
+@login_required
+def new_task(request: HttpRequest) -> HttpResponse:
+    form = NewTaskForm(request.POST or None, initial={"cwd": str(settings.BRIDGE_DEFAULT_CWD)})
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        spec = actions.TaskSpec(
+            prompt=data["prompt"],
+            cwd=data["cwd"] or None,
+            agent=data["agent"],
+            permission_mode=data["permission_mode"],
+            timeout_s=data["timeout_s"],
+            options=form.options(),
+            source=Source.WEB,
+            created_by=auth.authenticate(request) or "",
+        )
+        try:
+            task = actions.create_task(spec)
+        except BridgeError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, "Task queued.")
+            return redirect("task-page", task_id=task.public_id)
+    roots = [str(root) for root in settings.BRIDGE_ALLOWED_ROOTS]
+    return render(request, "jobs/new_task.html", {"form": form, "allowed_roots": roots})
+
+
+@login_required
+@require_POST
+def cancel_task(request: HttpRequest, task_id: str) -> HttpResponse:
+    task = _task_or_404(request, task_id)
+    if isinstance(task, HttpResponse):
+        return task
+    who = auth.authenticate(request) or ""
+    try:
+        actions.request_cancel(task, reason=f"cancelled in the browser by {who}", by=who)
+    except BridgeError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, "Cancelled." if task.is_terminal else "Cancel requested: the agent is being stopped.")
+    return redirect("task-page", task_id=task.public_id)
+
+
+@login_required
+@require_POST
+def follow_up(request: HttpRequest, task_id: str) -> HttpResponse:
+    task = _task_or_404(request, task_id)
+    if isinstance(task, HttpResponse):
+        return task
+    form = FollowUpForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Write a follow-up prompt first.")
+        return redirect("task-page", task_id=task.public_id)
+    who = auth.authenticate(request) or ""
+    try:
+        new = actions.continue_task(task, form.cleaned_data["prompt"], source=Source.WEB, created_by=who)
+    except BridgeError as exc:
+        messages.error(request, exc.message)
+        return redirect("task-page", task_id=task.public_id)
+    messages.success(request, f"Follow-up queued in the same agent session as task {task.public_id}.")
+    return redirect("task-page", task_id=new.public_id)
+
+
+@login_required
+@require_POST
+def decide(request: HttpRequest, task_id: str, request_id: str) -> JsonResponse:
+    """Answer one permission card (JSON for the page's script); a card answered elsewhere gets 409 and its state."""
+    try:
+        task = actions.get_task(task_id)
+    except BridgeError as exc:
+        return JsonResponse({"error": exc.message}, status=exc.http_status)
+    form = DecisionForm(request.POST)
+    if not form.is_valid():
+        problems = "; ".join(e for errors in form.errors.values() for e in errors)
+        return JsonResponse({"error": problems}, status=400)
+    data = form.cleaned_data
+    try:
+        perm = actions.decide_permission(
+            task,
+            behavior=data["behavior"],
+            request_id=request_id,
+            updated_input=data["updated_input"] if data["behavior"] == "allow" else None,
+            message=data["message"],
+            by=auth.authenticate(request) or "",
+            via=DecidedVia.WEB,
+        )
+    except BridgeError as exc:
+        return JsonResponse({"error": exc.message, **exc.detail}, status=exc.http_status)
+    return JsonResponse(actions.permission_data(perm))
+
+
+@login_required
+def usage(request: HttpRequest) -> HttpResponse:
+    by_day = reports.usage_by_day()
+    context = {
+        "by_day": by_day,
+        "by_directory": reports.usage_by_directory(),
+        "cost_bars": reports.bar_chart(by_day, "day", "cost"),
+        "token_bars": reports.bar_chart(by_day, "day", "tokens"),
+        "chart_width": reports.CHART_WIDTH,
+        "chart_height": reports.CHART_HEIGHT,
+    }
+    return render(request, "jobs/usage.html", context)
+
+
+# --- one-time login link ------------------------------------------------------------------------------------------
+
+
+def login_link_path(user) -> str:
+    """A path that logs `user` in once: the token covers last_login, which logging in changes."""
+    uid = urlsafe_base64_encode(force_bytes(user.pk))
+    return reverse("login-link", args=[uid, default_token_generator.make_token(user)])
+
+
+def login_with_link(request: HttpRequest, uidb64: str, token: str) -> HttpResponse:
+    try:
+        user = get_user_model().objects.get(pk=urlsafe_base64_decode(uidb64).decode())
+    except (ValueError, get_user_model().DoesNotExist):
+        user = None
+    if user is None or not user.is_active or not default_token_generator.check_token(user, token):
+        message = "This login link has been used or has expired. Restart `make run` for a fresh one, or log in."
+        return render(request, "jobs/error.html", {"message": message}, status=403)
+    login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+    return redirect("dashboard")

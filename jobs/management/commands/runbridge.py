@@ -1,4 +1,7 @@
-"""`manage.py runbridge`: Daphne (REST, SSE, admin) and the supervisor in one process — the embedded default."""
+"""`manage.py runbridge`: Daphne (REST, SSE, pages, admin) and the supervisor in one process — the embedded default.
+
+It prints a one-time login link for the browser, so a newcomer needs no password to get in.
+"""
 
 import logging
 import sys
@@ -7,12 +10,14 @@ import threading
 from daphne.endpoints import build_endpoint_description_strings
 from daphne.server import Server
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.management.base import BaseCommand
 from twisted.internet import reactor
 
 from bridge.asgi import application
 from jobs.supervisor import Supervisor
+from jobs.views import login_link_path
 
 log = logging.getLogger("jobs")
 
@@ -26,6 +31,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-supervisor", action="store_true", help="serve only; run tasks elsewhere")
 
     def handle(self, *args, host, port, no_supervisor, **options):
+        self.login_path = self._login_link()
         supervisor = None
         if not no_supervisor:
             supervisor = Supervisor()
@@ -45,12 +51,22 @@ class Command(BaseCommand):
             supervisor.request_stop()
             thread.join()
 
+    def _login_link(self) -> str:
+        """A link for the first superuser; on a fresh install, one named 'admin' without a password is made."""
+        users = get_user_model().objects
+        user = users.filter(is_superuser=True, is_active=True).order_by("pk").first()
+        if user is None:
+            user = users.create_superuser("admin", email="", password=None)
+            self.stderr.write("First run: made the superuser 'admin' (no password; use the login link below).")
+        return login_link_path(user)
+
     def _announce(self, server: Server) -> None:
         if not server.listening_addresses:
             reactor.callLater(0.05, self._announce, server)
             return
         host, port = server.listening_addresses[0]
         shown = f"[{host}]" if ":" in host else host
+        self.stdout.write(f"Open this one-time login link (valid 1 hour): http://{shown}:{port}{self.login_path}")
         self.stdout.write(f"Bridge is listening on http://{shown}:{port}/")
         self.stdout.write(
             f"  data: {settings.DATA_DIR}   allowed roots: {', '.join(map(str, settings.BRIDGE_ALLOWED_ROOTS))}"

@@ -1,0 +1,217 @@
+"""Websockets: one task's events, and the task list's changes — thin adapters that read the database.
+
+A client says which seq (or list cursor) it saw last and gets everything after it from the database, then live
+news. Doorbell rings (in-process, or through the channel layer from another process) only wake the reader
+(DESIGN.md principle 1): a dropped one costs latency, never an event, because each reader also looks again after
+BRIDGE_POLL_S.
+"""
+
+import asyncio
+from urllib.parse import parse_qs, urlparse
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.security.websocket import WebsocketDenier
+from django.conf import settings
+from django.db import connection
+from django.db.models import Max
+from django.template.loader import render_to_string
+
+from jobs import actions, auth, doorbell
+from jobs.errors import BridgeError
+from jobs.models import TERMINAL_STATUSES, Task, TaskEvent
+from jobs.views import with_pending_count
+
+EVENT_BATCH = 500
+LIST_MIN_INTERVAL_S = 0.25  # the list coalesces bursts of news (token streaming) into a few updates
+LIST_OVERLAP = 200  # ids can commit out of order on PostgreSQL: look back a little, rows are idempotent
+
+
+class SameOriginOnly:
+    """Refuse a websocket opened by a page on another origin; programs (no Origin header) pass to auth."""
+
+    def __init__(self, application) -> None:
+        self.application = application
+
+    async def __call__(self, scope, receive, send):
+        headers = dict(scope.get("headers", []))
+        origin = headers.get(b"origin", b"").decode("latin1")
+        host = headers.get(b"host", b"").decode("latin1")
+        if origin and not same_origin(origin, host):
+            return await WebsocketDenier()(scope, receive, send)
+        return await self.application(scope, receive, send)
+
+
+def same_origin(origin: str, host: str) -> bool:
+    if origin in settings.CSRF_TRUSTED_ORIGINS:
+        return True
+    parsed = urlparse(origin)
+    return parsed.scheme in ("http", "https") and bool(host) and parsed.netloc == host
+
+
+def who_is_calling(scope: dict) -> str | None:
+    """'token:<name>' for `Authorization: Bearer …` (programs), 'user:<name>' for a logged-in session, else None."""
+    header = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin1")
+    token = auth.token_from_header(header)
+    if token:
+        row = auth.verify_token(token)
+        return f"token:{row.name}" if row else None
+    user = scope.get("user")
+    if user is not None and user.is_authenticated:
+        return f"user:{user.get_username()}"
+    return None
+
+
+def parse_since(scope: dict) -> int | None:
+    """The `since` query parameter as a whole number >= 0 (0 when absent); None when it is malformed."""
+    raw = parse_qs(scope.get("query_string", b"").decode()).get("since", ["0"])[-1]
+    try:
+        value = int(raw)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def task_state(task: Task) -> dict:
+    """The live counters a task page shows next to the transcript."""
+    return {
+        "status": task.status,
+        "created_at": task.created_at.isoformat(),
+        "started_at": task.started_at.isoformat() if task.started_at else None,
+        "finished_at": task.finished_at.isoformat() if task.finished_at else None,
+        "num_turns": task.num_turns,
+        "input_tokens": task.input_tokens,
+        "output_tokens": task.output_tokens,
+        "cost_usd": task.cost_usd,
+        "error": task.error,
+        "result": task.result,
+        "cancel_requested": task.cancel_requested_at is not None,
+        "has_session": bool(task.session_id),
+        "session_id": task.session.session_id if task.session else None,
+        "pending_permissions": len(actions.pending_permissions(task)),
+    }
+
+
+class BridgeConsumer(AsyncJsonWebsocketConsumer):
+    """Shared shape: authenticate, accept, pump news from the database until the socket closes."""
+
+    key = ""
+
+    async def refuse(self, message: str, code: int) -> None:
+        """Accept only to say why in words, then close with an application code (4400, 4401, 4404)."""
+        await self.accept()
+        await self.send_json({"type": "error", "message": message})
+        await self.close(code=code)
+
+    async def start_pump(self) -> None:
+        self.waiter = doorbell.AsyncWaiter(self.key)
+        self.pump = asyncio.create_task(self.run_pump())
+
+    async def disconnect(self, code: int) -> None:
+        pump = getattr(self, "pump", None)
+        if pump is not None:
+            pump.cancel()
+            self.waiter.close()
+
+    async def receive_json(self, content, **kwargs) -> None:
+        await self.send_json({"type": "error", "message": "this socket only sends; use the page's forms or REST"})
+
+    async def run_pump(self) -> None:
+        raise NotImplementedError
+
+
+class TaskEventsConsumer(BridgeConsumer):
+    """/ws/tasks/<task_id>/?since=N — the task's events after seq N, then live ones, then `end`."""
+
+    async def connect(self) -> None:
+        self.since = parse_since(self.scope)
+        if await database_sync_to_async(who_is_calling)(self.scope) is None:
+            return await self.refuse("authentication required: log in, or send 'Authorization: Bearer <token>'", 4401)
+        if self.since is None:
+            return await self.refuse("since must be a whole number >= 0 (the last seq you saw)", 4400)
+        try:
+            self.task = await database_sync_to_async(actions.get_task)(self.scope["url_route"]["kwargs"]["task_id"])
+        except BridgeError as exc:
+            return await self.refuse(exc.message, 4000 + exc.http_status)
+        self.key = str(self.task.public_id)
+        await self.accept()
+        await self.start_pump()
+
+    @database_sync_to_async
+    def read_after(self) -> tuple[dict, list[dict]]:
+        """State first, then events: if the state is final, every event up to it is already committed."""
+        self.task.refresh_from_db()
+        state = task_state(self.task)
+        events = [
+            {"type": "event", "seq": seq, "kind": kind, "data": data, "time": created.isoformat()}
+            for seq, kind, data, created in TaskEvent.objects.filter(task=self.task, seq__gt=self.since)
+            .order_by("seq")
+            .values_list("seq", "kind", "data", "created_at")[:EVENT_BATCH]
+        ]
+        connection.close_if_unusable_or_obsolete()
+        return state, events
+
+    async def run_pump(self) -> None:
+        while True:
+            state, events = await self.read_after()
+            for event in events:
+                await self.send_json(event)
+                self.since = event["seq"]
+            if events or state["status"] in TERMINAL_STATUSES:
+                await self.send_json({"type": "state", **state})
+            if state["status"] in TERMINAL_STATUSES and len(events) < EVENT_BATCH:
+                await self.send_json({"type": "end", "status": state["status"], "last_seq": self.since})
+                await self.close()
+                return
+            if not events:
+                await self.waiter.wait(timeout=settings.BRIDGE_POLL_S)
+
+
+class TaskListConsumer(BridgeConsumer):
+    """/ws/tasks/?since=CURSOR — rows of tasks with news after the cursor (a transcript event id), re-rendered."""
+
+    key = doorbell.TASKS
+
+    async def connect(self) -> None:
+        self.cursor = parse_since(self.scope)
+        if await database_sync_to_async(who_is_calling)(self.scope) is None:
+            return await self.refuse("authentication required: log in, or send 'Authorization: Bearer <token>'", 4401)
+        if self.cursor is None:
+            return await self.refuse("since must be a whole number >= 0 (the list cursor you saw)", 4400)
+        await self.accept()
+        await self.start_pump()
+
+    @database_sync_to_async
+    def read_changes(self) -> dict | None:
+        newer = TaskEvent.objects.filter(pk__gt=max(0, self.cursor - LIST_OVERLAP))
+        latest = newer.aggregate(latest=Max("pk"))["latest"]
+        if latest is None or latest <= self.cursor:
+            return None
+        task_ids = set(newer.values_list("task_id", flat=True).distinct())
+        tasks = with_pending_count(Task.objects.filter(pk__in=task_ids)).order_by("-created_at")
+        rows = [
+            {"id": str(task.public_id), "status": task.status, "agent": task.agent, "html": render_row(task)}
+            for task in tasks
+        ]
+        connection.close_if_unusable_or_obsolete()
+        return {
+            "type": "tasks",
+            "cursor": latest,
+            "tasks": rows,
+            "pending_permissions": len(actions.pending_permissions()),
+            "counts": actions.queue_counts(),
+        }
+
+    async def run_pump(self) -> None:
+        while True:
+            changes = await self.read_changes()
+            if changes is not None:
+                self.cursor = changes["cursor"]
+                await self.send_json(changes)
+                await asyncio.sleep(LIST_MIN_INTERVAL_S)
+                continue
+            await self.waiter.wait(timeout=settings.BRIDGE_POLL_S)
+
+
+def render_row(task: Task) -> str:
+    return render_to_string("jobs/_task_row.html", {"task": task})

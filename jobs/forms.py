@@ -1,0 +1,50 @@
+"""Browser forms. They only shape input; jobs.actions decides what is allowed (confinement, limits, modes)."""
+
+import json
+
+from django import forms
+
+from jobs.models import Agent, PermissionMode
+
+
+class NewTaskForm(forms.Form):
+    agent = forms.ChoiceField(choices=Agent.choices, initial=Agent.CLAUDE)
+    prompt = forms.CharField(widget=forms.Textarea(attrs={"rows": 8, "placeholder": "What should the agent do?"}))
+    cwd = forms.CharField(
+        label="Working directory",
+        required=False,
+        help_text="An absolute path inside the allowed roots; empty for the default directory.",
+    )
+    permission_mode = forms.ChoiceField(
+        choices=[(PermissionMode.APPROVE, "Ask me for every tool"), (PermissionMode.BYPASS, "Allow every tool")],
+        initial=PermissionMode.APPROVE,
+    )
+    model = forms.CharField(required=False, help_text="Empty for the agent's default model.")
+    max_turns = forms.IntegerField(required=False, min_value=1, max_value=10_000)
+    timeout_s = forms.IntegerField(label="Timeout (seconds)", required=False, min_value=1)
+
+    def options(self) -> dict:
+        data = self.cleaned_data
+        return {k: data[k] for k in ("model", "max_turns") if data.get(k)}
+
+
+class FollowUpForm(forms.Form):
+    prompt = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "placeholder": "What should the agent do next?"}))
+
+
+class DecisionForm(forms.Form):
+    behavior = forms.ChoiceField(choices=[("allow", "Allow"), ("deny", "Deny")])
+    message = forms.CharField(required=False)
+    updated_input = forms.CharField(required=False)
+
+    def clean_updated_input(self) -> dict | None:
+        raw = self.cleaned_data["updated_input"].strip()
+        if not raw:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise forms.ValidationError(f"the edited input is not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError("the edited input must be a JSON object, like the original")
+        return value

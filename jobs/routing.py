@@ -1,0 +1,10 @@
+"""Websocket routes; bridge/asgi.py wraps them in the Origin check and session auth."""
+
+from django.urls import path
+
+from jobs import consumers
+
+websocket_urlpatterns = [
+    path("ws/tasks/", consumers.TaskListConsumer.as_asgi()),
+    path("ws/tasks/<str:task_id>/", consumers.TaskEventsConsumer.as_asgi()),
+]

@@ -1,0 +1,361 @@
+"""The pages in real headless Chromium against a real `runbridge`: log in, create, watch, approve, deny, cancel,
+continue, find in the admin; plus one run with the real Claude Code CLI against the scripted Anthropic server.
+
+Debian's chromium (`make browser`) is driven by Playwright, which never downloads a browser of its own.
+Synchronisation is Playwright's expect/wait_for on page state; screenshots go to tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import e2e
+from tests.conftest import FAKES, skip_or_fail
+from tests.e2e import BridgeServer
+from tests.fakes.anthropic_server import FakeAnthropic, error, text, tool_use
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).parent / "artifacts"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-proxy-server",
+]
+LOGIN_LINK_RE = re.compile(r"one-time login link.*?: (http://\S+)")
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def playwright_api():
+    if not CHROMIUM.exists():
+        skip_or_fail(f"chromium is not installed at {CHROMIUM} (run `make browser`)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        skip_or_fail("Playwright for Python is not installed (pip install -e '.[test]')")
+    with sync_playwright() as api:
+        yield api
+
+
+def start_browser(api, profile: Path):
+    """A fresh profile each time; the system chromium only."""
+    return api.chromium.launch_persistent_context(
+        str(profile),
+        executable_path=str(CHROMIUM),
+        headless=True,
+        args=CHROMIUM_ARGS,
+        viewport={"width": 1280, "height": 900},
+    )
+
+
+def login_link(server: BridgeServer) -> str:
+    for line in server.stdout_lines:
+        match = LOGIN_LINK_RE.search(line)
+        if match:
+            return match.group(1)
+    raise AssertionError(f"runbridge printed no login link:\n{server.output()}")
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory):
+    """runbridge with the fake stream-json agent (its prompt is a small script, see tests/fakes/fake_claude.py)."""
+    root = tmp_path_factory.mktemp("browser")
+    agent = root / "fake-claude"
+    agent.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_claude.py"}" "$@"\n')
+    agent.chmod(0o755)
+    with BridgeServer(root, "http://127.0.0.1:9", str(agent), {"BRIDGE_KILL_GRACE_S": "1"}) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def context(playwright_api, bridge, tmp_path_factory):
+    ctx = start_browser(playwright_api, tmp_path_factory.mktemp("profile"))
+    ctx.set_default_timeout(20_000)
+    page = ctx.new_page()
+    page.goto(login_link(bridge))
+    page.wait_for_url(bridge.url + "/")
+    page.close()
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture
+def page(context):
+    page = context.new_page()
+    yield page
+    page.close()
+
+
+def expect():
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def new_task(page, bridge: BridgeServer, prompt: str, cwd: Path | None = None) -> str:
+    """Fill the new-task form; returns the task id from the page it lands on."""
+    page.goto(bridge.url + "/tasks/new")
+    page.fill("textarea[name=prompt]", prompt)
+    if cwd is not None:
+        page.fill("input[name=cwd]", str(cwd))
+    page.fill("input[name=timeout_s]", "60")
+    page.click("#submit")
+    page.wait_for_url(re.compile(r"/tasks/[0-9a-f-]{36}/$"))
+    expect()(page.locator("#live")).not_to_have_text("connecting…")
+    return page.url.rstrip("/").rsplit("/", 1)[1]
+
+
+def workdir(bridge: BridgeServer, name: str) -> Path:
+    path = bridge.work / name
+    path.mkdir()
+    return path
+
+
+def card(page):
+    return page.locator(".permission").first
+
+
+# --- tests --------------------------------------------------------------------------------------------------
+
+
+def test_the_login_link_logs_in_once(playwright_api, bridge, context, tmp_path):
+    """The context fixture already used the link; a second browser cannot, and is sent to the login form."""
+    fresh = start_browser(playwright_api, tmp_path / "other-profile")
+    try:
+        page = fresh.new_page()
+        page.goto(login_link(bridge))
+        expect()(page.locator("#error-message")).to_contain_text("has been used or has expired")
+        page.goto(bridge.url + "/")
+        page.wait_for_url(re.compile(r"/login/\?next=/$"))
+        shot(page, "login")
+    finally:
+        fresh.close()
+
+
+def test_create_a_task_and_watch_it_live_on_the_dashboard(context, bridge):
+    dashboard = context.new_page()
+    dashboard.goto(bridge.url + "/")
+    expect()(dashboard.locator("#live")).to_have_text("live")
+    page = context.new_page()
+    task_id = new_task(page, bridge, "say Hello from the browser\nsay Second line of output")
+    expect()(page.locator("#transcript")).to_contain_text("Hello from the browser")
+    expect()(page.locator("#transcript")).to_contain_text("Second line of output")
+    expect()(page.locator("#status")).to_have_text("done")
+    expect()(page.locator("#cost")).to_have_text("$0.0123")
+    expect()(page.locator("#outcome")).to_contain_text("Second line of output")
+    row = dashboard.locator(f"#task-{task_id}")  # arrived over the websocket: the dashboard was never reloaded
+    expect()(row).to_contain_text("say Hello from the browser")
+    expect()(row.locator(".badge").first).to_have_text("Done")
+    dashboard.close()
+    page.close()
+
+
+def test_a_directory_outside_the_allowed_roots_is_refused_with_the_reason(page, bridge):
+    page.goto(bridge.url + "/tasks/new")
+    page.fill("textarea[name=prompt]", "say hi")
+    page.fill("input[name=cwd]", "/etc")
+    page.click("#submit")
+    expect()(page.locator("#form-error")).to_contain_text("outside the allowed roots")
+    expect()(page.locator("textarea[name=prompt]")).to_have_value("say hi")  # nothing typed is lost
+    shot(page, "new-task-refused")
+
+
+def test_approve_a_permission_and_see_its_effect(page, bridge):
+    cwd = workdir(bridge, "approve")
+    prompt = (
+        'say I will create approved.txt now.\nask Bash {"command": "touch approved.txt && echo made it"}\nsay finished'
+    )
+    new_task(page, bridge, prompt, cwd)
+    expect()(card(page)).to_contain_text("touch approved.txt")
+    expect()(card(page).locator(".state")).to_have_text("pending")
+    shot(page, "task-permission")
+    card(page).locator("button.allow").click()
+    expect()(card(page).locator(".decision")).to_contain_text("allowed by user:admin via web")
+    expect()(page.locator(".entry.tool .tool-output")).to_have_text("made it\n")
+    expect()(page.locator("#status")).to_have_text("done")
+    assert (cwd / "approved.txt").exists()
+    page.locator(".entry.tool summary").click()
+    shot(page, "task")
+
+
+def test_deny_a_permission_with_a_message(page, bridge):
+    cwd = workdir(bridge, "deny")
+    new_task(page, bridge, 'ask Bash {"command": "touch denied.txt"}\nsay finished', cwd)
+    card(page).locator("input.message").fill("not in this directory")
+    card(page).locator("button.deny").click()
+    expect()(card(page).locator(".decision")).to_contain_text("denied by user:admin via web — not in this directory")
+    expect()(page.locator(".tool-output.failed")).to_have_text("not in this directory")
+    expect()(page.locator("#status")).to_have_text("done")
+    assert not (cwd / "denied.txt").exists()
+
+
+def test_allow_with_edited_input(page, bridge):
+    cwd = workdir(bridge, "edited")
+    new_task(page, bridge, 'ask Bash {"command": "touch original.txt"}\nsay finished', cwd)
+    card(page).locator("details.edit summary").click()
+    card(page).locator("textarea.edited").fill(json.dumps({"command": "touch edited.txt"}))
+    card(page).locator("button.allow-edited").click()
+    expect()(card(page).locator(".decision")).to_contain_text("allowed (with edited input)")
+    expect()(page.locator("#status")).to_have_text("done")
+    assert (cwd / "edited.txt").exists() and not (cwd / "original.txt").exists()
+
+
+def test_a_permission_answered_elsewhere_updates_the_card(page, bridge):
+    cwd = workdir(bridge, "elsewhere")
+    task_id = new_task(page, bridge, 'ask Bash {"command": "touch by-api.txt"}\nsay finished', cwd)
+    expect()(card(page).locator(".state")).to_have_text("pending")
+    request_id = card(page).get_attribute("id").removeprefix("perm-")
+    bridge.ok(bridge.decide(task_id, "allow", request_id=request_id))
+    expect()(card(page).locator(".decision")).to_contain_text("allowed by token:e2e via api")
+    expect()(card(page).locator("form")).to_be_hidden()
+    late = page.evaluate(
+        """async (url) => {
+            const body = new FormData(); body.append("behavior", "deny");
+            const r = await fetch(url, {method: "POST", body, headers: {"X-CSRFToken": Bridge.csrfToken()}});
+            return [r.status, (await r.json()).error];
+        }""",
+        f"/tasks/{task_id}/permissions/{request_id}",
+    )
+    assert late == [409, f"permission request {request_id} was already allowed via api; nothing was sent to the agent"]
+    expect()(page.locator("#status")).to_have_text("done")
+    assert (cwd / "by-api.txt").exists()
+    decisions = [e for e in bridge.stream(task_id) if e["event"] == "permission_decision"]
+    assert len(decisions) == 1
+
+
+def test_cancel_a_running_task(page, bridge):
+    new_task(page, bridge, "say about to wait\nsleep 60\nsay never said")
+    expect()(page.locator("#transcript")).to_contain_text("about to wait")
+    page.click("#cancel")
+    expect()(page.locator(".message.success")).to_contain_text("Cancel requested")
+    expect()(page.locator("#status")).to_have_text("cancelled")
+    expect()(page.locator("#transcript")).to_contain_text("Cancel requested by user:admin")
+    expect()(page.locator("#cancel-form")).to_be_hidden()
+    page.eval_on_selector("#cancel-form", "form => form.submit()")  # a stale page cancelling a finished task
+    expect()(page.locator(".message.error")).to_contain_text(
+        "has already ended (cancelled); there is nothing to cancel"
+    )
+    assert "never said" not in page.locator("#transcript").inner_text()
+
+
+def test_continue_a_finished_task_in_the_same_session(page, bridge):
+    first_id = new_task(page, bridge, "say first turn")
+    expect()(page.locator("#follow-up")).to_be_visible()
+    session = page.locator("#transcript .entry", has_text="Agent session").inner_text().split()[2]
+    page.fill("#follow-up textarea", "say second turn")
+    page.click("#follow-up-submit")
+    page.wait_for_url(re.compile(r"/tasks/[0-9a-f-]{36}/$"))
+    assert first_id not in page.url
+    expect()(page.locator(".message.success")).to_contain_text("same agent session")
+    expect()(page.locator("#transcript")).to_contain_text("second turn")
+    expect()(page.locator("#transcript")).to_contain_text(f"Agent session {session} started")
+
+
+def test_find_a_task_in_the_admin_by_search(page, bridge):
+    new_task(page, bridge, 'ask Bash {"command": "true"}\nsay zebra-crossing-7')
+    card(page).locator("button.allow").click()
+    expect()(page.locator("#status")).to_have_text("done")
+    page.goto(bridge.url + "/admin/jobs/task/?q=zebra-crossing")
+    rows = page.locator("#result_list tbody tr")
+    expect()(rows).to_have_count(1)
+    rows.first.locator("th a").click()
+    expect()(page.locator("#content")).to_contain_text("zebra-crossing-7")
+    inline = page.locator(".inline-group")
+    expect()(inline).to_contain_text("Allowed")
+    expect()(inline).to_contain_text("user:admin")
+    expect()(inline).to_contain_text("Web")
+    shot(page, "admin-task")
+    page.get_by_text(re.compile(r"\d+ events, paged")).click()
+    expect()(page.locator("#result_list")).to_contain_text("zebra-crossing-7")
+
+
+def test_usage_page_draws_its_chart(page, bridge):
+    page.goto(bridge.url + "/usage/")
+    expect()(page.locator("svg.chart rect.bar").first).to_be_visible()
+    expect()(page.locator("table.tasks").last).to_contain_text(str(bridge.work))
+    shot(page, "usage")
+    page.goto(bridge.url + "/")
+    expect()(page.locator("#live")).to_have_text("live")
+    shot(page, "dashboard")
+
+
+def test_output_reaches_the_page_quickly(page, bridge):
+    """Median time from the agent printing a line to that line appearing in the page (same clock, same host)."""
+    page.add_init_script(
+        """window.arrivals = {};
+        new MutationObserver((records) => {
+            const now = performance.timeOrigin + performance.now();
+            for (const r of records) {
+                const m = /^stamp ([0-9.]+)$/.exec(r.target.textContent || "");
+                if (m && !(m[1] in window.arrivals)) window.arrivals[m[1]] = now;
+            }
+        }).observe(document, {childList: true, subtree: true, characterData: true});"""
+    )
+    count = 40
+    new_task(page, bridge, f"say warming up\nstamp {count} 0.05")
+    expect()(page.locator("#status")).to_have_text("done")
+    arrivals = page.evaluate("window.arrivals")
+    assert len(arrivals) == count, f"{len(arrivals)} of {count} stamps were seen arriving"
+    delays_ms = sorted((arrived - float(stamp) * 1000) for stamp, arrived in arrivals.items())
+    median = statistics.median(delays_ms)
+    ARTIFACTS.mkdir(exist_ok=True)
+    report = f"agent line -> browser page: median {median:.1f} ms, max {delays_ms[-1]:.1f} ms over {count} lines\n"
+    (ARTIFACTS / "latency.txt").write_text(report)
+    print(report)
+    assert median < 1000, report
+
+
+# --- the real Claude Code CLI ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_bridge(tmp_path_factory):
+    claude = e2e.claude_bin()
+    retry_once = {"CLAUDE_CODE_MAX_RETRIES": "1"}  # so an overloaded API shows up as one api_retry event
+    root = tmp_path_factory.mktemp("real")
+    with FakeAnthropic() as fake, BridgeServer(root, fake.url, claude, retry_once) as server:
+        server.fake = fake
+        yield server
+
+
+def test_real_claude_code_asks_and_answers_in_the_browser(playwright_api, real_bridge, tmp_path):
+    real_bridge.fake.push(
+        error(529, "overloaded"),
+        tool_use("Bash", {"command": "touch from-claude.txt", "description": "make a file"}),
+        text("I created from-claude.txt."),
+    )
+    ctx = start_browser(playwright_api, tmp_path / "profile")
+    ctx.set_default_timeout(30_000)
+    try:
+        page = ctx.new_page()
+        page.goto(login_link(real_bridge))
+        cwd = workdir(real_bridge, "real")
+        new_task(page, real_bridge, "Create from-claude.txt.", cwd)
+        expect()(page.locator(".entry.warning")).to_contain_text("API error, retrying (attempt 1 of 1")
+        expect()(card(page)).to_contain_text("touch from-claude.txt")
+        card(page).locator("button.allow").click()
+        expect()(page.locator("#status")).to_have_text("done")
+        expect()(page.locator(".entry.assistant").last).to_have_text("I created from-claude.txt.")
+        expect()(page.locator(".entry.tool")).to_contain_text("Bash")
+        assert (cwd / "from-claude.txt").exists()
+        shot(page, "task-real-claude")
+    finally:
+        ctx.close()

@@ -1,0 +1,320 @@
+"""Websockets: replay from a seq then live events, no gap when the channel layer drops rings, auth and Origin."""
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.db import connection
+from django.test import Client
+
+from bridge.asgi import application
+from jobs import actions, auth, doorbell
+from tests.conftest import make_task, skip_or_fail
+
+pytestmark = pytest.mark.django_db(transaction=True)
+HOST = (b"host", b"127.0.0.1:8800")
+
+
+def run(coroutine_function):
+    """pytest has no asyncio plugin here: run one async test body on a fresh loop."""
+    return async_to_sync(coroutine_function)()
+
+
+@pytest.fixture
+def token(transactional_db) -> str:
+    return auth.create_token("ws-test")[1]
+
+
+def communicator(path: str, *headers: tuple[bytes, bytes]) -> WebsocketCommunicator:
+    return WebsocketCommunicator(application, path, headers=[HOST, *headers])
+
+
+def bearer(token: str) -> tuple[bytes, bytes]:
+    return (b"authorization", f"Bearer {token}".encode())
+
+
+async def receive_events(ws: WebsocketCommunicator, count: int, timeout: float = 10) -> list[dict]:
+    events = []
+    while len(events) < count:
+        message = await ws.receive_json_from(timeout=timeout)
+        if message["type"] == "event":
+            events.append(message)
+    return events
+
+
+async def drain(ws: WebsocketCommunicator, quiet_s: float = 0.5) -> list[dict]:
+    """Everything the socket sends until it has been quiet for quiet_s (without timing out the consumer)."""
+    messages = []
+    while not await ws.receive_nothing(timeout=quiet_s):
+        messages.append(await ws.receive_json_from())
+    return messages
+
+
+def append_texts(task, texts: list[str]) -> int:
+    return actions.append_events(task, [("text", {"text": t}) for t in texts])
+
+
+def test_replays_after_the_given_seq_then_streams_live(work_root, token):
+    task = make_task("say hi")
+    append_texts(task, [f"line {i}" for i in range(2, 11)])  # seqs 2..10 (1 is the queued status)
+
+    async def body():
+        ws = communicator(f"/ws/tasks/{task.public_id}/?since=4", bearer(token))
+        connected, _ = await ws.connect()
+        assert connected
+        replayed = await receive_events(ws, 6)
+        assert [e["seq"] for e in replayed] == [5, 6, 7, 8, 9, 10]
+        assert replayed[0]["data"] == {"text": "line 5"}
+        await database_sync_to_async(append_texts)(task, ["live 11", "live 12"])
+        live = await receive_events(ws, 2)
+        assert [(e["seq"], e["data"]["text"]) for e in live] == [(11, "live 11"), (12, "live 12")]
+        await ws.disconnect()
+
+    run(body)
+
+
+def test_a_finished_task_replays_everything_and_ends(work_root, token):
+    task = make_task("say hi")
+    append_texts(task, ["a", "b"])
+    actions.request_cancel(task, reason="test")
+
+    async def body():
+        ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token))
+        assert (await ws.connect())[0]
+        messages = []
+        while not messages or messages[-1]["type"] != "end":
+            messages.append(await ws.receive_json_from(timeout=10))
+        seqs = [m["seq"] for m in messages if m["type"] == "event"]
+        assert seqs == [1, 2, 3, 4]
+        state = [m for m in messages if m["type"] == "state"][-1]
+        assert state["status"] == "cancelled" and not state["has_session"]
+        assert messages[-1] == {"type": "end", "status": "cancelled", "last_seq": 4}
+        assert (await ws.receive_output())["type"] == "websocket.close"
+
+    run(body)
+
+
+def test_no_event_is_lost_when_the_channel_layer_drops_rings(work_root, token, settings, monkeypatch):
+    """Rings come only through a layer with room for 2 messages, 5 per write: most are dropped, yet every event
+    arrives, in order, once. (The test rings the layer itself, on its own loop, as another process would.)"""
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 2}}
+    }
+    settings.BRIDGE_POLL_S = 0.2
+    monkeypatch.setattr(doorbell, "layer_spans_processes", lambda: True)  # the socket listens on the layer
+    monkeypatch.setattr(doorbell, "ring_now", lambda key: None)  # no in-process shortcut
+    monkeypatch.setattr(doorbell, "announce", lambda key: None)  # the test rings the layer itself, below
+    layer = doorbell.get_channel_layer()
+    task = make_task("burst")
+    group = doorbell.group_name(str(task.public_id))
+    bursts, per_burst, rings_per_burst = 200, 3, 5
+    dropped = 0
+
+    async def body():
+        nonlocal dropped
+        ws = communicator(f"/ws/tasks/{task.public_id}/?since=1", bearer(token))
+        assert (await ws.connect())[0]
+        assert await ws.receive_nothing(timeout=0.3)  # the socket is listening and idle
+        for i in range(bursts):
+            await database_sync_to_async(append_texts)(task, [f"{i}.{j}" for j in range(per_burst)])
+            for _ in range(rings_per_burst):
+                queued = sum(q.qsize() for q in layer.channels.values())
+                await layer.group_send(group, {"type": doorbell.RING_MESSAGE_TYPE})
+                dropped += sum(q.qsize() for q in layer.channels.values()) == queued
+        events = await receive_events(ws, bursts * per_burst, timeout=20)
+        assert [e["seq"] for e in events] == list(range(2, 2 + bursts * per_burst))
+        assert [e["data"]["text"] for e in events[:4]] == ["0.0", "0.1", "0.2", "1.0"]
+        assert "event" not in [m["type"] for m in await drain(ws)], "an event came twice"
+        await ws.disconnect()
+
+    run(body)
+    assert dropped > bursts, f"only {dropped} rings were dropped: the test must overflow the layer to prove anything"
+
+
+@pytest.mark.parametrize("credentials", [[], [(b"authorization", b"Bearer brg_not-a-real-token-at-all-xxxxxxxx")]])
+def test_no_session_or_token_is_refused_in_words(work_root, credentials):
+    task = make_task("say hi")
+
+    async def body():
+        for path in (f"/ws/tasks/{task.public_id}/", "/ws/tasks/"):
+            ws = communicator(path, *credentials)
+            assert (await ws.connect())[0]
+            message = await ws.receive_json_from()
+            assert message["type"] == "error" and "authentication required" in message["message"]
+            assert (await ws.receive_output())["code"] == 4401
+
+    run(body)
+
+
+def test_a_logged_in_session_is_accepted(work_root, django_user_model):
+    task = make_task("say hi")
+    client = Client()
+    client.force_login(django_user_model.objects.create_user("alice"))
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+
+    async def body():
+        ws = communicator(f"/ws/tasks/{task.public_id}/", (b"cookie", cookie), (b"origin", b"http://127.0.0.1:8800"))
+        assert (await ws.connect())[0]
+        first = await ws.receive_json_from()
+        assert first["type"] == "event" and first["seq"] == 1
+        await ws.disconnect()
+
+    run(body)
+
+
+def test_a_page_on_another_origin_cannot_open_the_socket(work_root, token):
+    task = make_task("say hi")
+
+    async def body():
+        for origin in (b"http://evil.example", b"http://127.0.0.1:9999", b"null"):
+            ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token), (b"origin", origin))
+            connected, code = await ws.connect()
+            assert not connected, origin
+        ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token), (b"origin", b"http://127.0.0.1:8800"))
+        assert (await ws.connect())[0]
+        await ws.disconnect()
+
+    run(body)
+
+
+@pytest.mark.parametrize(
+    "path, code, words",
+    [
+        ("/ws/tasks/{task}/?since=-1", 4400, "since must be a whole number"),
+        ("/ws/tasks/{task}/?since=abc", 4400, "since must be a whole number"),
+        ("/ws/tasks/?since=x", 4400, "since must be a whole number"),
+        ("/ws/tasks/0b4f8e2c-0000-4000-8000-000000000000/", 4404, "no task"),
+        ("/ws/tasks/not-a-uuid/", 4404, "task ids look like"),
+    ],
+)
+def test_bad_seq_or_unknown_task_is_refused_in_words(work_root, token, path, code, words):
+    task = make_task("say hi")
+
+    async def body():
+        ws = communicator(path.format(task=task.public_id), bearer(token))
+        assert (await ws.connect())[0]
+        message = await ws.receive_json_from()
+        assert message["type"] == "error" and words in message["message"], message
+        assert (await ws.receive_output())["code"] == code
+
+    run(body)
+
+
+def test_the_task_list_follows_new_and_changed_tasks(work_root, token):
+    old = make_task("an older task")
+    cursor = actions.events_since(old)[-1].pk
+
+    async def body():
+        ws = communicator(f"/ws/tasks/?since={cursor}", bearer(token))
+        assert (await ws.connect())[0]
+        task = await database_sync_to_async(make_task)("a brand new task")
+        message = await ws.receive_json_from(timeout=10)
+        assert message["type"] == "tasks" and message["cursor"] > cursor
+        row = {r["id"]: r for r in message["tasks"]}[str(task.public_id)]
+        assert row["status"] == "queued"
+        assert "a brand new task" in row["html"] and message["counts"]["queued"] == 2
+        await database_sync_to_async(actions.request_cancel)(task)
+        while True:  # the list may coalesce; wait for the row that says cancelled
+            message = await ws.receive_json_from(timeout=10)
+            rows = {r["id"]: r for r in message["tasks"]}
+            if rows.get(str(task.public_id), {}).get("status") == "cancelled":
+                break
+        await ws.disconnect()
+
+    run(body)
+
+
+# --- across processes: a separate writer reaches the socket through Redis ---------------------------------------
+
+WRITER = """
+import django, sys
+django.setup()
+from jobs import actions
+task = actions.get_task(sys.argv[1])
+for i in range(3):
+    actions.append_events(task, [("text", {"text": f"from another process {i}"})])
+"""
+
+
+REDIS_URL = os.environ.get("BRIDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """The running Redis (as on CI), else a private redis-server, else skip (fail on CI)."""
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+        yield REDIS_URL
+        return
+    except redis.RedisError:
+        pass
+    server = shutil.which("redis-server")
+    if server is None:
+        skip_or_fail(f"Redis is not reachable at {REDIS_URL} (set BRIDGE_TEST_REDIS_URL) and redis-server is missing")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            server,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        for line in proc.stdout:
+            if "Ready to accept connections" in line:
+                break
+        else:
+            pytest.fail("redis-server did not start")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_separate_process_rings_through_redis(work_root, token, settings, redis_url):
+    """The consumer's own poll is set to 60 s, so only a ring through Redis can deliver these events in time."""
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [redis_url]}}
+    }
+    settings.BRIDGE_POLL_S = 60
+    task = make_task("say hi")
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
+        "DJANGO_SETTINGS_MODULE": "bridge.settings",
+    }
+
+    async def body():
+        ws = communicator(f"/ws/tasks/{task.public_id}/?since=1", bearer(token))
+        assert (await ws.connect())[0]
+        assert await ws.receive_nothing(timeout=0.3)  # subscribed and idle
+        writer = await asyncio.create_subprocess_exec(sys.executable, "-c", WRITER, str(task.public_id), env=env)
+        assert await writer.wait() == 0
+        events = await receive_events(ws, 3, timeout=10)
+        assert [e["data"]["text"] for e in events] == [f"from another process {i}" for i in range(3)]
+        await ws.disconnect()
+
+    run(body)
