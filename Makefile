@@ -71,5 +71,6 @@ lint: install-test
 test: install-test tools lint
 	$(BIN)/pytest
 
-bench: install-test
+bench: install-test hermes-cli
 	$(BIN)/python tests/bench/run.py
+	$(BIN)/python tests/bench/mcp_first_output.py

@@ -22,6 +22,19 @@ def env_int(name: str, default: int, minimum: int = 0) -> int:
     return value
 
 
+def env_float(name: str, default: float, minimum: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SystemExit(f"{name}={raw!r} is not a number") from None
+    if not value >= minimum:
+        raise SystemExit(f"{name}={value} must be at least {minimum}")
+    return value
+
+
 def env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name, "").strip().lower()
     if not raw:
@@ -165,7 +178,7 @@ BRIDGE_MAX_OUTPUT_BYTES = env_int("BRIDGE_MAX_OUTPUT_BYTES", 64 * 1024 * 1024, m
 BRIDGE_STDERR_TAIL_BYTES = env_int("BRIDGE_STDERR_TAIL_BYTES", 64 * 1024, minimum=1024)
 BRIDGE_KILL_GRACE_S = env_int("BRIDGE_KILL_GRACE_S", 5, minimum=0)
 BRIDGE_DRAIN_S = env_int("BRIDGE_DRAIN_S", 30, minimum=0)
-BRIDGE_POLL_S = float(os.environ.get("BRIDGE_POLL_S") or 0.5)
+BRIDGE_POLL_S = env_float("BRIDGE_POLL_S", 0.5, minimum=0.05)
 BRIDGE_SSE_HEARTBEAT_S = env_int("BRIDGE_SSE_HEARTBEAT_S", 15, minimum=1)
 BRIDGE_PASS_ENV = env_list("BRIDGE_PASS_ENV", [])
 BRIDGE_READ_ROOTS = [Path(p).expanduser() for p in env_list("BRIDGE_READ_ROOTS", [], sep=os.pathsep)]

@@ -4,6 +4,7 @@ The REST API, MCP tools, web views and the supervisor call these functions and h
 Each change is committed together with the events that describe it, and only then announced on the doorbell.
 """
 
+import json
 import socket
 import uuid
 from collections.abc import Iterable
@@ -34,8 +35,18 @@ from jobs.models import (
     Worker,
 )
 
-SUPPORTED_AGENTS = (Agent.CLAUDE, Agent.HERMES)
+SUPPORTED_AGENTS = tuple(Agent.values)
 MAX_TIMEOUT_S = 7 * 24 * 3600
+MAX_TURNS = 10_000
+MAX_REASON_CHARS = 2_000
+MAX_MESSAGE_CHARS = 10_000
+MAX_UPDATED_INPUT_BYTES = 1024 * 1024
+# Which options each agent takes; every adapter's options are checked here, once.
+AGENT_OPTIONS = {
+    Agent.CLAUDE: {"model", "max_turns", "allowed_tools"},
+    Agent.HERMES: {"model", "max_turns", "skills", "toolsets"},
+}
+LIST_OPTIONS = {"allowed_tools", "skills", "toolsets"}
 WORKER_STALE_AFTER = timedelta(seconds=30)
 
 
@@ -101,6 +112,40 @@ class TaskSpec:
     created_by: str = ""
 
 
+def argv_value(name: str, value: object) -> str:
+    """A value that goes into an agent's argv: a non-empty single-line string that cannot pass for a flag."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{name} must be a non-empty string")
+    value = value.strip()
+    if value.startswith("-") or any(ord(c) < 32 for c in value) or len(value) > 200:
+        raise InvalidInput(
+            f"{name} {value[:50]!r} is not allowed: at most 200 characters, one line, not starting with '-'"
+        )
+    return value
+
+
+def checked_options(agent: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The task options an agent takes, validated (None values dropped); anything else is a clear error."""
+    allowed = AGENT_OPTIONS[agent]
+    checked: dict[str, Any] = {}
+    for key, value in (options or {}).items():
+        if value is None:
+            continue
+        if key not in allowed:
+            raise InvalidInput(f"{agent} tasks take no {key!r} option; they take: {', '.join(sorted(allowed))}")
+        if key == "max_turns":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TURNS:
+                raise InvalidInput(f"max_turns must be a whole number from 1 to {MAX_TURNS}, not {value!r}")
+            checked[key] = value
+        elif key in LIST_OPTIONS:
+            if not isinstance(value, list):
+                raise InvalidInput(f"{key} must be a list of names")
+            checked[key] = [argv_value(f"an entry of {key}", item) for item in value]
+        else:
+            checked[key] = argv_value(key, value)
+    return checked
+
+
 def task_cwd_and_session(spec: TaskSpec) -> tuple[Path, AgentSession | None]:
     """The confined cwd a task would run in, and the known session it resumes (which fixes the cwd)."""
     resume_id = (spec.resume_session_id or "").strip()
@@ -135,6 +180,9 @@ def create_task(spec: TaskSpec) -> Task:
     if spec.permission_mode not in (PermissionMode.APPROVE, PermissionMode.BYPASS):
         raise InvalidInput(f"permission_mode must be 'approve' or 'bypass', not {spec.permission_mode!r}")
     mode = PermissionMode.SKIP if spec.skip_permissions else spec.permission_mode
+    options = checked_options(spec.agent, spec.options)
+    if spec.resume_session_id:
+        argv_value("the session id", spec.resume_session_id)
     timeout_s = settings.BRIDGE_TASK_TIMEOUT_S if spec.timeout_s is None else spec.timeout_s
     if not 1 <= timeout_s <= MAX_TIMEOUT_S:
         raise InvalidInput(f"timeout_s must be between 1 and {MAX_TIMEOUT_S} seconds, not {timeout_s}")
@@ -155,7 +203,7 @@ def create_task(spec: TaskSpec) -> Task:
             prompt=prompt,
             cwd=str(cwd),
             permission_mode=mode,
-            options=spec.options,
+            options=options,
             timeout_s=timeout_s,
             session=session,
             resume_session_id=resume_id,
@@ -235,6 +283,8 @@ def continue_task(task: Task, prompt: str, *, source: str = Source.API, created_
 def request_cancel(task: Task, reason: str = "cancelled by request", by: str = "") -> Task:
     """Cancel a task: a queued one leaves the queue at once; a running one is stopped by its supervisor."""
     reason = reason or "cancelled by request"
+    if len(reason) > MAX_REASON_CHARS:
+        raise InvalidInput(f"reason is {len(reason)} characters, over the limit of {MAX_REASON_CHARS}")
     with transaction.atomic():
         now = timezone.now()
         dequeued = Task.objects.filter(pk=task.pk, status=Status.QUEUED).update(
@@ -480,6 +530,10 @@ def decide_permission(
         raise InvalidInput(f"behavior must be 'allow' or 'deny', not {behavior!r}")
     if updated_input is not None and not isinstance(updated_input, dict):
         raise InvalidInput("updatedInput must be a JSON object")
+    if updated_input is not None and len(json.dumps(updated_input)) > MAX_UPDATED_INPUT_BYTES:
+        raise InvalidInput(f"updatedInput is over the limit of {MAX_UPDATED_INPUT_BYTES} bytes")
+    if len(message or "") > MAX_MESSAGE_CHARS:
+        raise InvalidInput(f"message is {len(message)} characters, over the limit of {MAX_MESSAGE_CHARS}")
     with transaction.atomic():
         requests = PermissionRequest.objects.filter(task=task)
         if request_id:

@@ -150,15 +150,11 @@ def event_out(event: TaskEvent) -> dict:
 @api.post("/task/create", response=CreateTaskOut, summary="Queue a task for an agent")
 def create_task(request: HttpRequest, payload: CreateTaskIn):
     options = {
-        key: value
-        for key, value in {
-            "model": payload.model,
-            "max_turns": payload.max_turns,
-            "allowed_tools": payload.allowed_tools,
-            "skills": payload.skills,
-            "toolsets": payload.toolsets,
-        }.items()
-        if value is not None
+        "model": payload.model,
+        "max_turns": payload.max_turns,
+        "allowed_tools": payload.allowed_tools,
+        "skills": payload.skills,
+        "toolsets": payload.toolsets,
     }
     task = actions.create_task(
         actions.TaskSpec(

@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
+from datetime import timedelta
 from functools import wraps
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -15,6 +16,7 @@ from jobs.models import ApiToken
 
 TOKEN_PREFIX = "brg_"
 PREFIX_LEN = len(TOKEN_PREFIX) + 8
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def _digest(token: str) -> str:
@@ -36,8 +38,10 @@ def verify_token(token: str) -> ApiToken | None:
     for row in ApiToken.objects.filter(prefix=token[:PREFIX_LEN], revoked_at__isnull=True):
         if hmac.compare_digest(row.hash, digest):
             match = row
-    if match is not None:
-        ApiToken.objects.filter(pk=match.pk).update(last_used_at=timezone.now())
+    now = timezone.now()
+    if match is not None and (match.last_used_at is None or now - match.last_used_at > LAST_USED_RESOLUTION):
+        # At most one write a minute per token: every request reads a token, and on SQLite a write takes the lock.
+        ApiToken.objects.filter(pk=match.pk).update(last_used_at=now)
     return match
 
 

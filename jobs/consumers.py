@@ -15,6 +15,7 @@ from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.db import connection
 from django.db.models import Max
+from django.http.request import split_domain_port, validate_host
 from django.template.loader import render_to_string
 
 from jobs import actions, auth, doorbell
@@ -28,7 +29,8 @@ LIST_OVERLAP = 200  # ids can commit out of order on PostgreSQL: look back a lit
 
 
 class SameOriginOnly:
-    """Refuse a websocket opened by a page on another origin; programs (no Origin header) pass to auth."""
+    """Refuse a websocket for a Host outside ALLOWED_HOSTS (DNS rebinding) or opened by a page on another origin;
+    programs (no Origin header) pass on to auth."""
 
     def __init__(self, application) -> None:
         self.application = application
@@ -37,7 +39,9 @@ class SameOriginOnly:
         headers = dict(scope.get("headers", []))
         origin = headers.get(b"origin", b"").decode("latin1")
         host = headers.get(b"host", b"").decode("latin1")
-        if origin and not same_origin(origin, host):
+        if not validate_host(split_domain_port(host)[0], settings.ALLOWED_HOSTS) or (
+            origin and not same_origin(origin, host)
+        ):
             return await WebsocketDenier()(scope, receive, send)
         return await self.application(scope, receive, send)
 

@@ -284,10 +284,6 @@ def _listify(value: list[str] | str | None) -> list[str] | None:
     return [item.strip() for item in items if item.strip()] or None
 
 
-def _options(**values: Any) -> dict[str, Any]:
-    return {key: value for key, value in values.items() if value is not None}
-
-
 def _hermes_missing() -> str:
     return (
         f"Hermes is not installed: BRIDGE_HERMES_BIN={settings.BRIDGE_HERMES_BIN!r} "
@@ -309,7 +305,7 @@ async def hermes_run(
     (default 5, at most 150). Returns STATUS/JOB_ID; if still running, collect it later with hermes_status."""
     if hermes_skills.hermes_executable() is None:
         raise failure(_hermes_missing())
-    options = _options(max_turns=max_turns, skills=_listify(skills), toolsets=_listify(toolsets))
+    options = dict(max_turns=max_turns, skills=_listify(skills), toolsets=_listify(toolsets))
     spec = actions.TaskSpec(
         prompt=task, cwd=cwd, agent=Agent.HERMES, timeout_s=timeout_s, options=options, source=Source.MCP
     )
@@ -336,7 +332,7 @@ async def hermes_resume(
         agent=Agent.HERMES,
         resume_session_id=resume_id,
         timeout_s=timeout_s,
-        options=_options(max_turns=max_turns),
+        options=dict(max_turns=max_turns),
         source=Source.MCP,
     )
     return await _run(spec, wait_s)
@@ -361,7 +357,7 @@ async def claude_run(
         agent=Agent.CLAUDE,
         permission_mode=permission_mode,
         timeout_s=timeout_s,
-        options=_options(model=model, max_turns=max_turns, allowed_tools=allowed_tools),
+        options=dict(model=model, max_turns=max_turns, allowed_tools=allowed_tools),
         source=Source.MCP,
     )
     return await _run(spec, wait_s)
@@ -386,7 +382,7 @@ async def claude_resume(
         permission_mode=permission_mode,
         resume_session_id=resume_id,
         timeout_s=timeout_s,
-        options=_options(max_turns=max_turns),
+        options=dict(max_turns=max_turns),
         source=Source.MCP,
     )
     return await _run(spec, wait_s)

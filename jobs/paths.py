@@ -58,6 +58,15 @@ def resolve_readable(raw: str) -> Path:
             + " (BRIDGE_ALLOWED_ROOTS and BRIDGE_READ_ROOTS; BRIDGE_READ_ANYWHERE=1 lifts this)",
             readable_roots=[str(r) for r in roots],
         )
+    if is_bridge_private(resolved):
+        raise Refused(f"path {str(resolved)!r} is Bridge's own data (its database and secret key): never readable")
     if not resolved.exists():
         raise NotFound(f"path {str(resolved)!r} does not exist")
     return resolved
+
+
+def is_bridge_private(path: Path) -> bool:
+    """Bridge's data dir (database, secret key, logs), whatever the roots say — except allowed roots inside it
+    (the default work root lives there)."""
+    data_dir = Path(settings.DATA_DIR).resolve()
+    return is_inside(path, [data_dir]) and not is_inside(path, [r for r in allowed_roots() if r != data_dir])

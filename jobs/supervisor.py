@@ -30,7 +30,7 @@ from jobs.runners.base import Runner, Step
 
 log = logging.getLogger(__name__)
 
-ESSENTIAL_KINDS = frozenset({"init", "result", "truncated"})
+ESSENTIAL_KINDS = frozenset({"init", "result"})
 LINE_HEAD_BYTES = 2000
 INBOX_SIZE = 10_000
 BATCH_LINES = 500
@@ -116,6 +116,9 @@ class TaskRun(threading.Thread):
         self.output_bytes = 0
         self.truncated = False
         self.session_linked = False
+        self.finished = False  # the agent reported how it ended (Claude's result line, ACP's stopReason)
+        self.stopping = False
+        self.abandoned = False  # someone else ended the task (a peer marked it orphaned): stop recording
         self.stop_status: str | None = None
         self.stop_reason = ""
         self.stop_started = 0.0
@@ -191,6 +194,8 @@ class TaskRun(threading.Thread):
             if any(item[0] == "wake" for item in items) or now - self.last_db_check >= settings.BRIDGE_POLL_S:
                 self.last_db_check = now
                 self._check_database()
+                if self.abandoned:
+                    return
             self._check_clock(now)
             if self.proc.poll() is not None:
                 if exited_at is None:
@@ -222,7 +227,7 @@ class TaskRun(threading.Thread):
 
     def _wait_time(self) -> float:
         wait = settings.BRIDGE_POLL_S
-        if self.stop_status is None:
+        if not self.stopping:
             wait = min(wait, self.deadline - time.monotonic())
         return max(0.01, wait)
 
@@ -275,6 +280,7 @@ class TaskRun(threading.Thread):
             self._flush()
             actions.cancel_permission(self.task, request_id, "the agent withdrew the request")
         if step.finished:
+            self.finished = True
             self._close_stdin()
 
     def _on_oversized(self, head: bytes, size: int) -> None:
@@ -289,8 +295,7 @@ class TaskRun(threading.Thread):
                 },
             )
         )
-        self._handle(self.runner.on_oversized_line(head, size), 0)
-        self.output_bytes += size
+        self._handle(self.runner.on_oversized_line(head, size), size)
 
     def _flush(self) -> None:
         if self.pending:
@@ -303,17 +308,33 @@ class TaskRun(threading.Thread):
 
     def _check_database(self) -> None:
         """Cancel requests, expired permission requests and decisions to pass on: all come from the database."""
-        if self.stop_status is None:
-            row = Task.objects.filter(pk=self.task.pk).values("cancel_requested_at", "cancel_reason").get()
-            if row["cancel_requested_at"] is not None:
-                self._begin_stop(Status.CANCELLED, row["cancel_reason"] or "cancelled by request")
+        row = Task.objects.filter(pk=self.task.pk).values("status", "cancel_requested_at", "cancel_reason").get()
+        if row["status"] != Status.RUNNING:
+            self._abandon(row["status"])
+            return
+        if not self.stopping and row["cancel_requested_at"] is not None:
+            self._begin_stop(Status.CANCELLED, row["cancel_reason"] or "cancelled by request")
         actions.expire_permissions(self.task)
         for perm in actions.undelivered_decisions(self.task):
             self._deliver(perm)
 
+    def _abandon(self, status: str) -> None:
+        """The task was ended elsewhere (a peer found this supervisor's heartbeat stale and marked it orphaned):
+        its record is closed, so the agent is stopped at once and nothing more is written."""
+        log.warning("task %s is %s elsewhere; killing its agent", self.task.public_id, status)
+        kill_group(self.proc.pid, signal.SIGKILL)
+        self.pending = []
+        self.abandoned = True
+
     def _begin_stop(self, status: str, reason: str) -> None:
-        self.stop_status, self.stop_reason = status, reason
+        self.stopping = True
         self.stop_started = time.monotonic()
+        if self.finished:
+            # The agent already said how it ended; that outcome stands, only its process still has to go.
+            self.pending.append(("stopping", {"reason": reason, "after_result": True}))
+            self._signal(signal.SIGTERM)
+            return
+        self.stop_status, self.stop_reason = status, reason
         self.pending.append(("stopping", {"status": status, "reason": reason}))
         lines = self.runner.stop_lines()
         for line in lines:
@@ -327,9 +348,9 @@ class TaskRun(threading.Thread):
         kill_group(self.proc.pid, sig)
 
     def _check_clock(self, now: float) -> None:
-        if self.stop_status is None and now >= self.deadline:
+        if not self.stopping and now >= self.deadline:
             self._begin_stop(Status.TIMEOUT, f"ran longer than its timeout of {self.task.timeout_s} s")
-        if self.stop_status is None or self.proc.poll() is not None:
+        if not self.stopping or self.proc.poll() is not None:
             return
         grace = settings.BRIDGE_KILL_GRACE_S
         elapsed = now - self.stop_started
@@ -349,6 +370,8 @@ class Supervisor:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.ready = threading.Event()
+        self.startup_error = ""
+        self._exited = threading.Event()
 
     def wake(self) -> None:
         self._wake.set()
@@ -358,26 +381,37 @@ class Supervisor:
         self._wake.set()
 
     def run(self) -> None:
-        """Blocks until request_stop(), then drains running tasks and returns."""
-        self.worker = actions.register_worker(self.capacity)
-        unsubscribe = doorbell.subscribe(doorbell.QUEUE, self.wake)
-        log.info("supervisor %s: up to %d tasks at once", self.worker.name, self.capacity)
+        """Blocks until request_stop(), then drains running tasks and returns.
+
+        If it cannot start (no database, no migrations), `startup_error` says why and `ready` is set all the same,
+        so whoever waits for it can report the reason instead of hanging.
+        """
         try:
+            self.worker = actions.register_worker(self.capacity)
             self.reap_orphans()
-            next_heartbeat = next_scan = time.monotonic()
+        except Exception as exc:
+            log.exception("supervisor: could not start")
+            self.startup_error = f"the supervisor could not start: {exc.__class__.__name__}: {exc}"
+            if self.worker is not None:
+                actions.stop_worker(self.worker)
+            connection.close()
             self.ready.set()
+            return
+        unsubscribe = doorbell.subscribe(doorbell.QUEUE, self.wake)
+        heartbeat = threading.Thread(target=self._heartbeat, name="supervisor-heartbeat", daemon=True)
+        heartbeat.start()
+        log.info("supervisor %s: up to %d tasks at once", self.worker.name, self.capacity)
+        self.ready.set()
+        try:
+            next_scan = time.monotonic() + ORPHAN_SCAN_S
             while not self._stop.is_set():
                 self._wake.clear()
                 self._forget_finished()
                 try:
                     self._claim()
-                    now = time.monotonic()
-                    if now >= next_heartbeat:
-                        actions.heartbeat(self.worker)
-                        next_heartbeat = now + HEARTBEAT_S
-                    if now >= next_scan:
+                    if time.monotonic() >= next_scan:
                         self.reap_orphans()
-                        next_scan = now + ORPHAN_SCAN_S
+                        next_scan = time.monotonic() + ORPHAN_SCAN_S
                 except DatabaseError:
                     # A busy or restarting database must not end the supervisor: running tasks go on, and
                     # claiming resumes when the database answers again.
@@ -388,9 +422,20 @@ class Supervisor:
             self._drain()
         finally:
             unsubscribe()
+            self._exited.set()
+            heartbeat.join(timeout=HEARTBEAT_S + 5)
             actions.stop_worker(self.worker)
             connection.close()
-            self.ready.set()
+
+    def _heartbeat(self) -> None:
+        """Its own thread, so a slow claim or scan (or a long drain) never makes peers think this supervisor is dead."""
+        while not self._exited.wait(HEARTBEAT_S):
+            try:
+                actions.heartbeat(self.worker)
+            except DatabaseError:
+                log.exception("supervisor: heartbeat failed; retrying")
+                connection.close()
+        connection.close()
 
     def _forget_finished(self) -> None:
         for pk, run in list(self.runs.items()):
@@ -435,7 +480,7 @@ class Supervisor:
         for run in runs:
             if run.is_alive():
                 try:
-                    actions.request_cancel(run.task, reason=reason, by="supervisor")
+                    actions.request_cancel(actions.get_task(run.task.public_id), reason=reason, by="supervisor")
                 except Conflict:
                     pass  # it ended between the check and the request
         for run in runs:

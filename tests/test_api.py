@@ -272,3 +272,34 @@ def test_api_docs_need_a_token_and_are_served_offline(client, token):
     page = client.get("/v1/docs", headers={"Authorization": f"Bearer {token}"})
     assert page.status_code == 200
     assert b"/static/ninja/swagger-ui-bundle.js" in page.content and b"cdn" not in page.content.lower()
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({"sessionId": "--dangerously-skip-permissions"}, "not starting with '-'"),
+        ({"model": "-x"}, "not starting with '-'"),
+        ({"allowed_tools": ["Read", "--help"]}, "not starting with '-'"),
+        ({"skills": ["a"]}, "claude tasks take no 'skills' option"),
+        ({"agent": "hermes", "allowed_tools": ["Read"]}, "hermes tasks take no 'allowed_tools' option"),
+        ({"model": "two\nlines"}, "one line"),
+    ],
+)
+def test_values_that_reach_the_agents_argv_are_checked(api, body, words):
+    response = create(api, **body)
+    assert response.status_code == 400, response.content
+    assert words in response.json()["error"]
+    assert Task.objects.count() == 0
+
+
+def test_decision_and_cancel_texts_are_bounded(api):
+    task = running_task_with_requests(1)
+    task_id = str(task.public_id)
+    long = api("post", "/v1/task/permission", {"task_id": task_id, "behavior": "deny", "message": "x" * 10_001})
+    assert long.status_code == 400 and "message is 10001 characters" in long.json()["error"]
+    huge = {"command": "x" * (1024 * 1024)}
+    edited = api("post", "/v1/task/permission", {"task_id": task_id, "behavior": "allow", "updatedInput": huge})
+    assert edited.status_code == 400 and "updatedInput is over the limit" in edited.json()["error"]
+    cancel = api("post", "/v1/task/cancel", {"task_id": task_id, "reason": "r" * 2001})
+    assert cancel.status_code == 400 and "reason is 2001 characters" in cancel.json()["error"]
+    assert PermissionRequest.objects.get(task=task).status == "pending"

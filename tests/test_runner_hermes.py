@@ -211,8 +211,7 @@ def test_oneshot_argv(settings):
     assert runner.argv() == [
         "/opt/hermes",
         "chat",
-        "-q",
-        "do it",
+        "--query=do it",
         "-Q",
         "--max-turns",
         "5",

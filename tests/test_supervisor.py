@@ -315,3 +315,23 @@ def test_sigterm_drains_then_cancels_with_a_reason(transactional_db, work_root, 
     assert quick.status == Status.DONE
     assert slow.status == Status.CANCELLED
     assert "BRIDGE_DRAIN_S=2" in slow.error
+
+
+def test_a_task_ended_elsewhere_is_abandoned_and_its_agent_killed(supervisor):
+    task = make_task("say working\nsleep 60")
+    wait_for(task, has_event("text", text="working"))
+    actions.mark_orphaned(task, "a peer found this supervisor's heartbeat stale")
+    closed_at = Task.objects.get(pk=task.pk).last_seq
+    assert_gone(task.pid)
+    assert Task.objects.get(pk=task.pk).status == Status.ORPHANED
+    assert Task.objects.get(pk=task.pk).last_seq == closed_at, "nothing is recorded after the task was closed"
+
+
+def test_a_supervisor_without_a_database_says_why_and_exits(tmp_path):
+    env = {**os.environ, "BRIDGE_DATA_DIR": str(tmp_path)}
+    env.pop("DATABASE_URL", None)
+    run = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "supervise"], env=env, cwd=REPO, capture_output=True, text=True
+    )
+    assert run.returncode == 1
+    assert "could not start" in run.stderr and "migrate" in run.stderr

@@ -180,6 +180,12 @@ def test_a_page_on_another_origin_cannot_open_the_socket(work_root, token):
         ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token), (b"origin", b"http://127.0.0.1:8800"))
         assert (await ws.connect())[0]
         await ws.disconnect()
+        rebound = WebsocketCommunicator(
+            application,
+            f"/ws/tasks/{task.public_id}/",
+            headers=[(b"host", b"evil.example:8800"), (b"origin", b"http://evil.example:8800"), bearer(token)],
+        )
+        assert not (await rebound.connect())[0], "a Host outside ALLOWED_HOSTS is refused (DNS rebinding)"
 
     run(body)
 

@@ -84,7 +84,8 @@ class HermesOneShotRunner(Runner):
     def argv(self) -> list[str]:
         options = self.task.options or {}
         max_turns = int(options.get("max_turns") or DEFAULT_MAX_TURNS)
-        argv = [settings.BRIDGE_HERMES_BIN, "chat", "-q", self.task.prompt, "-Q", "--max-turns", str(max_turns)]
+        # --query=TEXT, not -q TEXT: a task that starts with "-" must not read as a flag.
+        argv = [settings.BRIDGE_HERMES_BIN, "chat", f"--query={self.task.prompt}", "-Q", "--max-turns", str(max_turns)]
         if self.task.resume_session_id:
             argv += ["--resume", self.task.resume_session_id]
         if options.get("model"):

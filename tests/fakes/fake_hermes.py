@@ -28,10 +28,11 @@ def main(argv: list[str]) -> int:
     if "--version" in argv:
         print("Hermes Agent v0.0.0-fake")
         return 0
-    if argv[:1] != ["chat"] or "-q" not in argv:
+    queries = [arg.removeprefix("--query=") for arg in argv if arg.startswith("--query=")]
+    if argv[:1] != ["chat"] or len(queries) != 1:
         print(f"fake hermes: unsupported arguments {argv}", file=sys.stderr)
         return 2
-    task = argv[argv.index("-q") + 1]
+    task = queries[0]
     answer = []
     for line in task.splitlines():
         command, _, rest = line.strip().partition(" ")

@@ -12,7 +12,7 @@ from daphne.server import Server
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from twisted.internet import reactor
 
 from bridge.asgi import application
@@ -37,7 +37,10 @@ class Command(BaseCommand):
             supervisor = Supervisor()
             thread = threading.Thread(target=supervisor.run, name="supervisor", daemon=True)
             thread.start()
-            supervisor.ready.wait()
+            if not supervisor.ready.wait(timeout=60):
+                raise CommandError("the supervisor did not start within 60 s (is the database reachable?)")
+            if supervisor.startup_error:
+                raise CommandError(f"{supervisor.startup_error}. Did you run 'python manage.py migrate'?")
         server = Server(
             application=ASGIStaticFilesHandler(application),
             endpoints=build_endpoint_description_strings(host=host, port=port),

@@ -2,7 +2,7 @@
 
 import signal
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from jobs.supervisor import Supervisor
 
@@ -18,3 +18,5 @@ class Command(BaseCommand):
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: supervisor.request_stop())
         supervisor.run()
+        if supervisor.startup_error:
+            raise CommandError(f"{supervisor.startup_error}. Did you run 'python manage.py migrate'?")
