@@ -5,6 +5,7 @@ Each change is committed together with the events that describe it, and only the
 """
 
 import json
+import logging
 import socket
 import uuid
 from collections.abc import Iterable
@@ -34,6 +35,8 @@ from jobs.models import (
     TaskEvent,
     Worker,
 )
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_AGENTS = tuple(Agent.values)
 MAX_TIMEOUT_S = 7 * 24 * 3600
@@ -216,21 +219,22 @@ def create_task(spec: TaskSpec) -> Task:
 
 
 def create_or_join_task(spec: TaskSpec) -> tuple[Task, bool]:
-    """Queue a task unless an identical one (agent, prompt, cwd, resumed session) is queued or running: a
-    planner that re-sends a task it lost track of gets the job already doing it. Returns (task, created)."""
+    """Queue a task unless an identical one (agent, prompt, cwd, resumed session, permission mode, options) is
+    queued or running: a planner that re-sends a task it lost track of gets the job already doing it.
+    Returns (task, created)."""
     cwd, _ = task_cwd_and_session(spec)
+    mode = PermissionMode.SKIP if spec.skip_permissions else spec.permission_mode
+    options = checked_options(spec.agent, spec.options)
     with transaction.atomic():
-        same = (
-            Task.objects.filter(
-                agent=spec.agent,
-                prompt=spec.prompt,
-                cwd=str(cwd),
-                resume_session_id=(spec.resume_session_id or "").strip(),
-                status__in=(Status.QUEUED, Status.RUNNING),
-            )
-            .order_by("created_at", "id")
-            .first()
-        )
+        candidates = Task.objects.filter(
+            agent=spec.agent,
+            prompt=spec.prompt,
+            cwd=str(cwd),
+            resume_session_id=(spec.resume_session_id or "").strip(),
+            permission_mode=mode,
+            status__in=(Status.QUEUED, Status.RUNNING),
+        ).order_by("created_at", "id")
+        same = next((task for task in candidates if task.options == options), None)
         if same is not None:
             return same, False
         return create_task(spec), True
@@ -646,6 +650,22 @@ def queue_counts() -> dict[str, int]:
     for row in Task.objects.values("status").annotate(n=Count("id")):
         counts[row["status"]] = row["n"]
     return counts
+
+
+@dataclass
+class SystemState:
+    database: str  # "ok", or the error that reaching it raised
+    counts: dict[str, int]
+    workers: list[Worker]
+
+
+def system_state() -> SystemState:
+    """What a health check reports; a broken database is reported, not raised."""
+    try:
+        return SystemState("ok", queue_counts(), live_workers())
+    except Exception as exc:
+        log.warning("health: the database cannot be read: %s", exc)
+        return SystemState(f"error: {exc.__class__.__name__}: {exc}", {}, [])
 
 
 def live_workers() -> list[Worker]:

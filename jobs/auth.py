@@ -61,16 +61,20 @@ def token_from_header(header: str) -> str | None:
     return None
 
 
-def authenticate(request: HttpRequest) -> str | None:
-    """Who is calling: 'token:<name>' for a valid token, 'user:<name>' for a logged-in user, else None."""
-    token = token_from_header(request.headers.get("Authorization", ""))
+def identify(authorization: str, user=None) -> str | None:
+    """Who is calling: 'token:<name>' for a valid token in the Authorization header, else 'user:<name>' for a
+    logged-in user, else None. REST, SSE, websockets and MCP over HTTP all ask this one function."""
+    token = token_from_header(authorization)
     if token:
         row = verify_token(token)
         return f"token:{row.name}" if row else None
-    user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
         return f"user:{user.get_username()}"
     return None
+
+
+def authenticate(request: HttpRequest) -> str | None:
+    return identify(request.headers.get("Authorization", ""), getattr(request, "user", None))
 
 
 def unauthorized() -> JsonResponse:

@@ -54,16 +54,9 @@ def same_origin(origin: str, host: str) -> bool:
 
 
 def who_is_calling(scope: dict) -> str | None:
-    """'token:<name>' for `Authorization: Bearer …` (programs), 'user:<name>' for a logged-in session, else None."""
+    """A token (programs) or the logged-in session (browsers), as auth.identify decides for every interface."""
     header = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin1")
-    token = auth.token_from_header(header)
-    if token:
-        row = auth.verify_token(token)
-        return f"token:{row.name}" if row else None
-    user = scope.get("user")
-    if user is not None and user.is_authenticated:
-        return f"user:{user.get_username()}"
-    return None
+    return auth.identify(header, scope.get("user"))
 
 
 def parse_since(scope: dict) -> int | None:
@@ -107,15 +100,20 @@ class BridgeConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "error", "message": message})
         await self.close(code=code)
 
-    async def start_pump(self) -> None:
+    async def accept_and_pump(self) -> None:
+        """Listen before accepting: once a client sees the socket open, no later news can slip past it."""
         self.waiter = doorbell.AsyncWaiter(self.key)
+        await self.waiter.joined()
+        await self.accept()
         self.pump = asyncio.create_task(self.run_pump())
 
     async def disconnect(self, code: int) -> None:
         pump = getattr(self, "pump", None)
         if pump is not None:
             pump.cancel()
-            self.waiter.close()
+        waiter = getattr(self, "waiter", None)
+        if waiter is not None:
+            waiter.close()
 
     async def receive_json(self, content, **kwargs) -> None:
         await self.send_json({"type": "error", "message": "this socket only sends; use the page's forms or REST"})
@@ -138,8 +136,7 @@ class TaskEventsConsumer(BridgeConsumer):
         except BridgeError as exc:
             return await self.refuse(exc.message, 4000 + exc.http_status)
         self.key = str(self.task.public_id)
-        await self.accept()
-        await self.start_pump()
+        await self.accept_and_pump()
 
     @database_sync_to_async
     def read_after(self) -> tuple[dict, list[dict]]:
@@ -182,8 +179,7 @@ class TaskListConsumer(BridgeConsumer):
             return await self.refuse("authentication required: log in, or send 'Authorization: Bearer <token>'", 4401)
         if self.cursor is None:
             return await self.refuse("since must be a whole number >= 0 (the list cursor you saw)", 4400)
-        await self.accept()
-        await self.start_pump()
+        await self.accept_and_pump()
 
     @database_sync_to_async
     def read_changes(self) -> dict | None:

@@ -146,7 +146,10 @@ class AsyncWaiter:
         self._loop = asyncio.get_running_loop()
         self._event = asyncio.Event()
         self._unsubscribe = subscribe(key, self._on_ring)
+        self._joined = asyncio.Event()
         self._listener = asyncio.create_task(self._listen(key)) if layer_spans_processes() else None
+        if self._listener is None:
+            self._joined.set()
 
     def _on_ring(self) -> None:
         try:
@@ -154,10 +157,20 @@ class AsyncWaiter:
         except RuntimeError:  # the loop has closed; its waiter is gone
             pass
 
+    async def joined(self) -> None:
+        """Returns once rings from other processes reach this waiter too (at once for the in-memory layer)."""
+        await self._joined.wait()
+
     async def _listen(self, key: str) -> None:
         layer = get_channel_layer()
-        channel = await layer.new_channel()
-        await layer.group_add(group_name(key), channel)
+        try:
+            channel = await layer.new_channel()
+            await layer.group_add(group_name(key), channel)
+        except Exception as exc:  # a broken layer costs latency only: the waiter still polls
+            log.warning("doorbell: could not listen on the channel layer for %s: %s", key, exc)
+            return
+        finally:
+            self._joined.set()
         try:
             while True:
                 await layer.receive(channel)

@@ -567,12 +567,8 @@ async def hermes_capabilities(query: str = "", category: str = "", limit: int = 
 
 def _health_text() -> str:
     executable = hermes_skills.hermes_executable()
-    try:
-        counts = actions.queue_counts()
-        workers = actions.live_workers()
-        database = "ok"
-    except Exception as exc:  # health reports a broken database rather than failing with it
-        counts, workers, database = {}, [], f"error: {exc.__class__.__name__}: {exc}"
+    state = actions.system_state()
+    counts, workers, database = state.counts, state.workers, state.database
     lines = ["STATUS: " + ("ok" if executable and database == "ok" else "error")]
     if executable is None:
         lines.append(
@@ -626,12 +622,9 @@ def _transport_security() -> TransportSecuritySettings:
 
 
 def _has_valid_token(headers: list[tuple[bytes, bytes]]) -> bool:
-    """Bearer (or Basic with the token as password), exactly as the REST API takes it."""
-    for name, value in headers:
-        if name.lower() == b"authorization":
-            token = auth.token_from_header(value.decode("latin-1"))
-            return bool(token and auth.verify_token(token))
-    return False
+    """A token, exactly as the REST API takes it (no browser sessions: MCP clients are programs)."""
+    header = dict((name.lower(), value) for name, value in headers).get(b"authorization", b"").decode("latin-1")
+    return (auth.identify(header) or "").startswith("token:")
 
 
 class McpHttpApp:

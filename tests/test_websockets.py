@@ -121,7 +121,6 @@ def test_no_event_is_lost_when_the_channel_layer_drops_rings(work_root, token, s
         nonlocal dropped
         ws = communicator(f"/ws/tasks/{task.public_id}/?since=1", bearer(token))
         assert (await ws.connect())[0]
-        assert await ws.receive_nothing(timeout=0.3)  # the socket is listening and idle
         for i in range(bursts):
             await database_sync_to_async(append_texts)(task, [f"{i}.{j}" for j in range(per_burst)])
             for _ in range(rings_per_burst):
@@ -316,7 +315,6 @@ def test_a_separate_process_rings_through_redis(work_root, token, settings, redi
     async def body():
         ws = communicator(f"/ws/tasks/{task.public_id}/?since=1", bearer(token))
         assert (await ws.connect())[0]
-        assert await ws.receive_nothing(timeout=0.3)  # subscribed and idle
         writer = await asyncio.create_subprocess_exec(sys.executable, "-c", WRITER, str(task.public_id), env=env)
         assert await writer.wait() == 0
         events = await receive_events(ws, 3, timeout=10)

@@ -10,7 +10,7 @@ from typing import Any
 
 from jobs.actions import Outcome
 from jobs.models import PermissionRequest, PermissionStatus, Status
-from jobs.runners.base import PermissionAsk, Runner, Step
+from jobs.runners.base import PermissionAsk, Runner, Step, dumps_line
 
 PROTOCOL_VERSION = 1
 TOOL_TEXT_LIMIT = 64 * 1024
@@ -18,10 +18,6 @@ HISTORY_KIND = "history"
 # Notifications not worth a transcript line (Hermes sends its whole slash-command list on every prompt).
 IGNORED_UPDATES = frozenset({"available_commands_update"})
 METHOD_NOT_FOUND = -32601
-
-
-def dumps_line(message: dict) -> bytes:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def request_line(request_id: int, method: str, params: dict) -> bytes:

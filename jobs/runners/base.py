@@ -4,6 +4,7 @@ A runner only translates: it builds the argv, turns each stdout line into events
 and turns decisions back into lines. Processes, limits, the database and the clock belong to the supervisor.
 """
 
+import json
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -23,6 +24,11 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {name: value for name, value in os.environ.items() if name in passed or name.startswith(ENV_PREFIXES)}
     env.update(extra or {})
     return env
+
+
+def dumps_line(message: dict) -> bytes:
+    """One JSON line: agents die on (or drop) anything that is not valid JSON, so this is the only way we write."""
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 @dataclass
@@ -76,14 +82,9 @@ class Runner(ABC):
     def answer(self, perm: PermissionRequest) -> bytes:
         """The line that tells the child this decision."""
 
-    def interrupt(self) -> bytes | None:
-        """A polite stop request, if the protocol has one."""
-        return None
-
     def stop_lines(self) -> list[bytes]:
         """What to write to stop the child politely; none means the supervisor signals it at once."""
-        line = self.interrupt()
-        return [line] if line is not None else []
+        return []
 
     def on_exit(self, stderr_tail: str) -> Step:
         """What the child said only at its end (e.g. a session id printed on stderr); called once, before outcome."""

@@ -8,15 +8,10 @@ from django.conf import settings
 
 from jobs.actions import Outcome
 from jobs.models import PermissionMode, PermissionRequest, PermissionStatus, Status
-from jobs.runners.base import PermissionAsk, Runner, Step
+from jobs.runners.base import PermissionAsk, Runner, Step, dumps_line
 
 REQUEST_ID_RE = re.compile(rb'"request_id"\s*:\s*"([^"]{1,200})"')
 TOOL_RESULT_TEXT_LIMIT = 64 * 1024
-
-
-def dumps_line(message: dict) -> bytes:
-    """One JSON line: the CLI dies on anything that is not valid JSON, so this is the only way we write."""
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def user_line(text: str) -> bytes:
@@ -224,14 +219,12 @@ class ClaudeRunner(Runner):
             return control_response(perm.request_id, {"behavior": "allow", "updatedInput": updated})
         return control_response(perm.request_id, {"behavior": "deny", "message": perm.message, "interrupt": False})
 
-    def interrupt(self) -> bytes:
-        return dumps_line(
-            {
-                "type": "control_request",
-                "request_id": f"bridge-{uuid.uuid4().hex[:12]}",
-                "request": {"subtype": "interrupt"},
-            }
-        )
+    def stop_lines(self) -> list[bytes]:
+        """The CLI's interrupt: it withdraws pending permission requests and ends the turn with a result."""
+        request = {"subtype": "interrupt"}
+        return [
+            dumps_line({"type": "control_request", "request_id": f"bridge-{uuid.uuid4().hex[:12]}", "request": request})
+        ]
 
     def outcome(self, exit_code: int, stderr_tail: str) -> Outcome:
         result = self.result
