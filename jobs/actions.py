@@ -72,6 +72,29 @@ def events_since(task: Task, since: int = 0, limit: int = 1000) -> list[TaskEven
     return list(TaskEvent.objects.filter(task=task, seq__gt=since).order_by("seq")[:limit])
 
 
+def event_data(event: TaskEvent) -> dict:
+    """One transcript event as REST, SSE and websockets all show it."""
+    return {"seq": event.seq, "kind": event.kind, "data": event.data, "time": event.created_at.isoformat()}
+
+
+def read_transcript(task: Task, since: int, limit: int) -> list[TaskEvent]:
+    """Re-read the task first, then its events after `since`. Streams rely on the order: when the task they hold
+    has ended, every event up to its end was committed before, so a short batch means they have seen it all."""
+    task.refresh_from_db()
+    return events_since(task, since, limit)
+
+
+def parse_seq(raw: str | None, name: str = "since") -> int:
+    """A client's last-seen seq: a whole number >= 0 (0 when absent)."""
+    try:
+        value = int(raw or 0)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidInput(f"{name} must be a whole number >= 0 (the last seq you saw), not {raw!r}")
+    return value
+
+
 # --- events ---------------------------------------------------------------------------------------------
 
 

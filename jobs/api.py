@@ -11,7 +11,7 @@ from pydantic import ConfigDict
 
 from jobs import actions, auth
 from jobs.errors import BridgeError
-from jobs.models import PermissionRequest, Status, Task, TaskEvent
+from jobs.models import PermissionRequest, Status, Task
 
 
 class TokenOrSession(AuthBase):
@@ -143,10 +143,6 @@ def permission_out(perm: PermissionRequest) -> dict:
     }
 
 
-def event_out(event: TaskEvent) -> dict:
-    return {"seq": event.seq, "kind": event.kind, "data": event.data, "time": event.created_at}
-
-
 @api.post("/task/create", response=CreateTaskOut, summary="Queue a task for an agent")
 def create_task(request: HttpRequest, payload: CreateTaskIn):
     options = {
@@ -267,5 +263,5 @@ def task_events(
         "task_id": str(task.public_id),
         "status": task.status,
         "last_seq": task.last_seq,
-        "events": [event_out(e) for e in events],
+        "events": [actions.event_data(e) for e in events],
     }

@@ -60,13 +60,12 @@ def who_is_calling(scope: dict) -> str | None:
 
 
 def parse_since(scope: dict) -> int | None:
-    """The `since` query parameter as a whole number >= 0 (0 when absent); None when it is malformed."""
+    """The `since` query parameter (0 when absent); None when it is malformed."""
     raw = parse_qs(scope.get("query_string", b"").decode()).get("since", ["0"])[-1]
     try:
-        value = int(raw)
-    except ValueError:
+        return actions.parse_seq(raw)
+    except BridgeError:
         return None
-    return value if value >= 0 else None
 
 
 def task_state(task: Task) -> dict:
@@ -140,17 +139,10 @@ class TaskEventsConsumer(BridgeConsumer):
 
     @database_sync_to_async
     def read_after(self) -> tuple[dict, list[dict]]:
-        """State first, then events: if the state is final, every event up to it is already committed."""
-        self.task.refresh_from_db()
+        events = actions.read_transcript(self.task, self.since, EVENT_BATCH)
         state = task_state(self.task)
-        events = [
-            {"type": "event", "seq": seq, "kind": kind, "data": data, "time": created.isoformat()}
-            for seq, kind, data, created in TaskEvent.objects.filter(task=self.task, seq__gt=self.since)
-            .order_by("seq")
-            .values_list("seq", "kind", "data", "created_at")[:EVENT_BATCH]
-        ]
         connection.close_if_unusable_or_obsolete()
-        return state, events
+        return state, [{"type": "event", **actions.event_data(event)} for event in events]
 
     async def run_pump(self) -> None:
         while True:

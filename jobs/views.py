@@ -49,16 +49,10 @@ def _sse(event_id: int | None, event: str, data: dict) -> bytes:
     return f"{head}event: {event}\ndata: {json.dumps(data, cls=DjangoJSONEncoder)}\n\n".encode()
 
 
-def _read_after(task_pk: int, since: int) -> tuple[str, list[tuple[int, str, dict, object]]]:
-    """Status first, then events: if the status is final, every event up to it is already committed."""
-    status = Task.objects.values_list("status", flat=True).get(pk=task_pk)
-    events = list(
-        TaskEvent.objects.filter(task_id=task_pk, seq__gt=since)
-        .order_by("seq")
-        .values_list("seq", "kind", "data", "created_at")[:SSE_BATCH]
-    )
+def _read_after(task: Task, since: int) -> tuple[str, list[TaskEvent]]:
+    events = actions.read_transcript(task, since, SSE_BATCH)
     connection.close_if_unusable_or_obsolete()
-    return status, events
+    return task.status, events
 
 
 async def _stream(task: Task, since: int) -> AsyncIterator[bytes]:
@@ -68,10 +62,10 @@ async def _stream(task: Task, since: int) -> AsyncIterator[bytes]:
         yield b"retry: 2000\n\n"
         last_sent = time.monotonic()
         while True:
-            status, events = await sync_to_async(_read_after)(task.pk, since)
-            for seq, kind, data, created_at in events:
-                yield _sse(seq, kind, {"seq": seq, "kind": kind, "data": data, "time": created_at})
-                since = seq
+            status, events = await sync_to_async(_read_after)(task, since)
+            for event in events:
+                yield _sse(event.seq, event.kind, actions.event_data(event))
+                since = event.seq
             if events:
                 last_sent = time.monotonic()
             if status in TERMINAL_STATUSES and len(events) < SSE_BATCH:
@@ -95,14 +89,10 @@ def _error(message: str, status: int) -> JsonResponse:
 def _open_stream(request: HttpRequest) -> tuple[Task | None, int, JsonResponse | None]:
     if auth.authenticate(request) is None:
         return None, 0, auth.unauthorized()
-    raw_since = request.GET.get("since") or request.headers.get("Last-Event-ID") or "0"
     try:
-        since = int(raw_since)
-        if since < 0:
-            raise ValueError
-    except ValueError:
-        return None, 0, _error(f"since / Last-Event-ID must be a whole number >= 0, not {raw_since!r}", 422)
-    try:
+        since = actions.parse_seq(
+            request.GET.get("since") or request.headers.get("Last-Event-ID"), "since / Last-Event-ID"
+        )
         task = actions.get_task(request.GET.get("task_id", ""))
     except BridgeError as exc:
         return None, 0, _error(exc.message, exc.http_status)
