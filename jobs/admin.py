@@ -8,7 +8,6 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import format_html
 
 from jobs import actions, auth
@@ -135,7 +134,7 @@ class WorkerAdmin(ReadOnlyAdmin):
 
 @admin.action(description="Revoke selected tokens")
 def revoke_tokens(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
-    revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+    revoked = auth.revoke_tokens(queryset)
     modeladmin.message_user(request, f"revoked {revoked} token(s)", messages.SUCCESS)
 
 

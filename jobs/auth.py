@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from functools import wraps
 
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
@@ -28,6 +29,11 @@ def create_token(name: str) -> tuple[ApiToken, str]:
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = ApiToken.objects.create(name=name, prefix=token[:PREFIX_LEN], hash=_digest(token))
     return row, token
+
+
+def revoke_tokens(tokens: QuerySet) -> int:
+    """Stop these tokens from working (the rows stay, for the record); returns how many were still active."""
+    return tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 
 def verify_token(token: str) -> ApiToken | None:

@@ -325,17 +325,7 @@ async def hermes_resume(
     "latest" for the newest Hermes session Bridge ran in cwd. A session can only continue in its own cwd."""
     if hermes_skills.hermes_executable() is None:
         raise failure(_hermes_missing())
-    resume_id = await _in_db(actions.known_session_id)(Agent.HERMES, session_id, cwd)
-    spec = actions.TaskSpec(
-        prompt=task,
-        cwd=cwd,
-        agent=Agent.HERMES,
-        resume_session_id=resume_id,
-        timeout_s=timeout_s,
-        options=dict(max_turns=max_turns),
-        source=Source.MCP,
-    )
-    return await _run(spec, wait_s)
+    return await _resume(Agent.HERMES, session_id, task, cwd, "approve", max_turns, timeout_s, wait_s)
 
 
 @tool
@@ -374,11 +364,24 @@ async def claude_resume(
     wait_s: float = 5,
 ) -> str:
     """Continue a Claude Code session (SESSION_ID from an earlier reply, or "latest" for cwd) with a new task."""
-    resume_id = await _in_db(actions.known_session_id)(Agent.CLAUDE, session_id, cwd)
+    return await _resume(Agent.CLAUDE, session_id, task, cwd, permission_mode, max_turns, timeout_s, wait_s)
+
+
+async def _resume(
+    agent: str,
+    session_id: str,
+    task: str,
+    cwd: str | None,
+    permission_mode: str,
+    max_turns: int | None,
+    timeout_s: int | None,
+    wait_s: float,
+) -> str:
+    resume_id = await _in_db(actions.known_session_id)(agent, session_id, cwd)
     spec = actions.TaskSpec(
         prompt=task,
         cwd=cwd,
-        agent=Agent.CLAUDE,
+        agent=agent,
         permission_mode=permission_mode,
         resume_session_id=resume_id,
         timeout_s=timeout_s,

@@ -1,9 +1,8 @@
 """`manage.py token create NAME | list | revoke NAME`: API tokens for programs."""
 
 from django.core.management.base import BaseCommand, CommandError
-from django.utils import timezone
 
-from jobs.auth import create_token
+from jobs.auth import create_token, revoke_tokens
 from jobs.models import ApiToken
 
 
@@ -47,9 +46,6 @@ class Command(BaseCommand):
                 used = f"last used {row.last_used_at:%Y-%m-%d %H:%M}" if row.last_used_at else "never used"
                 self.stdout.write(f"{row.name}\t{row.prefix}…\t{state}\t{used}")
         else:
-            updated = ApiToken.objects.filter(name=options["name"], revoked_at__isnull=True).update(
-                revoked_at=timezone.now()
-            )
-            if not updated:
+            if not revoke_tokens(ApiToken.objects.filter(name=options["name"])):
                 raise CommandError(f"no active token named {options['name']!r}")
             self.stdout.write(f"revoked {options['name']}")
