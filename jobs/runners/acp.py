@@ -10,7 +10,7 @@ from typing import Any
 
 from jobs.actions import Outcome
 from jobs.models import PermissionRequest, PermissionStatus, Status
-from jobs.runners.base import PermissionAsk, Runner, Step, dumps_line
+from jobs.runners.base import PermissionAsk, Runner, Step, dumps_line, json_object, plain_output
 
 PROTOCOL_VERSION = 1
 TOOL_TEXT_LIMIT = 64 * 1024
@@ -108,12 +108,9 @@ class AcpRunner(Runner):
 
     # --- reading --------------------------------------------------------------------------------------------
     def on_line(self, line: bytes) -> Step:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            message = None
-        if not isinstance(message, dict):
-            return Step(events=[("stdout", {"text": line.decode(errors="replace").rstrip("\n")})])
+        message = json_object(line)
+        if message is None:
+            return plain_output(line)
         if "method" in message and "id" in message:
             return self._on_request(message)
         if "method" in message:

@@ -31,6 +31,19 @@ def dumps_line(message: dict) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
+def json_object(line: bytes) -> dict | None:
+    """A stdout line as a JSON object, or None when it is anything else (kept then as plain output)."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def plain_output(line: bytes) -> "Step":
+    return Step(events=[("stdout", {"text": line.decode(errors="replace").rstrip("\n")})])
+
+
 @dataclass
 class PermissionAsk:
     request_id: str

@@ -8,7 +8,7 @@ from django.conf import settings
 
 from jobs.actions import Outcome
 from jobs.models import PermissionMode, PermissionRequest, PermissionStatus, Status
-from jobs.runners.base import PermissionAsk, Runner, Step, dumps_line
+from jobs.runners.base import PermissionAsk, Runner, Step, dumps_line, json_object, plain_output
 
 REQUEST_ID_RE = re.compile(rb'"request_id"\s*:\s*"([^"]{1,200})"')
 TOOL_RESULT_TEXT_LIMIT = 64 * 1024
@@ -83,12 +83,9 @@ class ClaudeRunner(Runner):
         return [user_line(self.task.prompt)]
 
     def on_line(self, line: bytes) -> Step:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            message = None
-        if not isinstance(message, dict):
-            return Step(events=[("stdout", {"text": line.decode(errors="replace").rstrip("\n")})])
+        message = json_object(line)
+        if message is None:
+            return plain_output(line)
         handler = getattr(self, "_on_" + str(message.get("type", "")), None)
         if handler is None:
             return Step(events=[("raw", message)])
