@@ -250,5 +250,22 @@ def sse_events(
             # "retry" and unknown fields are ignored, as the SSE spec says
 
 
+class Script:
+    """One test's slice of a shared scripted LLM server: what it scripted and which main requests it caused."""
+
+    def __init__(self, fake) -> None:
+        self.fake = fake
+        fake.clear()  # a failed earlier test may have left replies behind: start clean
+        self.start = len(fake.main_requests)
+
+    def push(self, *replies) -> None:
+        self.fake.push(*replies)
+
+    @property
+    def requests(self) -> list[dict]:
+        """The main (scripted) API requests made since this test began."""
+        return self.fake.main_requests[self.start :]
+
+
 def data_events(events: list[dict]) -> list[dict]:
     return [e for e in events if e["event"] != "end"]

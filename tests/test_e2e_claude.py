@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import e2e
-from tests.e2e import BridgeServer, data_events
+from tests.e2e import BridgeServer, Script, data_events
 from tests.fakes.anthropic_server import FakeAnthropic, error, text, tool_use
 
 pytestmark = pytest.mark.e2e
@@ -38,24 +38,6 @@ def fake():
 def bridge(tmp_path_factory, fake, claude):
     with BridgeServer(tmp_path_factory.mktemp("bridge"), fake.url, claude) as server:
         yield server
-
-
-class Script:
-    """This test's slice of the shared fake: what it scripted and which API requests it caused."""
-
-    def __init__(self, fake: FakeAnthropic) -> None:
-        self.fake = fake
-        with fake._lock:  # a failed earlier test may have left replies behind: start clean
-            fake._script.clear()
-        self.start = len(fake.main_requests)
-
-    def push(self, *replies) -> None:
-        self.fake.push(*replies)
-
-    @property
-    def requests(self) -> list[dict]:
-        """The main (scripted) API requests made since this test began."""
-        return self.fake.main_requests[self.start :]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import skip_or_fail
-from tests.e2e import BridgeServer, data_events
+from tests.e2e import BridgeServer, Script, data_events
 from tests.fakes.hermes_env import DEFAULT_HERMES_BIN, PROXY_VARS, RecordingProxy, offline_env, write_hermes_home
 from tests.fakes.openai_server import FakeOpenAI, error, text, tool_call
 
@@ -88,22 +88,6 @@ def offline_only(proxy):
     before = len(proxy.requests)
     yield
     assert proxy.requests[before:] == [], f"Hermes tried to leave loopback: {proxy.requests[before:]}"
-
-
-class Script:
-    """This test's slice of the shared fake: what it scripted and which main requests it caused."""
-
-    def __init__(self, fake: FakeOpenAI) -> None:
-        self.fake = fake
-        fake.clear()  # a failed earlier test may have left replies behind
-        self.start = len(fake.main_requests)
-
-    def push(self, *replies) -> None:
-        self.fake.push(*replies)
-
-    @property
-    def requests(self) -> list[dict]:
-        return self.fake.main_requests[self.start :]
 
 
 @pytest.fixture

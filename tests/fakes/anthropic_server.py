@@ -145,6 +145,10 @@ class FakeAnthropic:
         with self._lock:
             self._script.extend(replies)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._script.clear()
+
     @property
     def remaining(self) -> int:
         with self._lock:
