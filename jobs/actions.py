@@ -22,23 +22,12 @@ from django.utils import timezone
 
 from jobs import doorbell, paths
 from jobs.errors import Conflict, InvalidInput, NotFound, QueueFull
-from jobs.models import (
-    Agent,
-    AgentSession,
-    DecidedVia,
-    PermissionMode,
-    PermissionRequest,
-    PermissionStatus,
-    Source,
-    Status,
-    Task,
-    TaskEvent,
-    Worker,
-)
+from jobs.models import AgentSession, PermissionRequest, Task, TaskEvent, Worker
+from jobs.vocabulary import Agent, DecidedVia, PermissionMode, PermissionStatus, Source, Status
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_AGENTS = tuple(Agent.values)
+SUPPORTED_AGENTS = tuple(Agent)
 MAX_TIMEOUT_S = 7 * 24 * 3600
 MAX_TURNS = 10_000
 MAX_REASON_CHARS = 2_000
@@ -669,7 +658,7 @@ def cancel_open_permissions(task: Task, reason: str) -> None:
 
 
 def queue_counts() -> dict[str, int]:
-    counts = dict.fromkeys(Status.values, 0)
+    counts = dict.fromkeys((s.value for s in Status), 0)
     for row in Task.objects.values("status").annotate(n=Count("id")):
         counts[row["status"]] = row["n"]
     return counts

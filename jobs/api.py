@@ -11,7 +11,8 @@ from pydantic import ConfigDict
 
 from jobs import actions, auth
 from jobs.errors import BridgeError
-from jobs.models import PermissionRequest, Status, Task
+from jobs.models import PermissionRequest, Task
+from jobs.vocabulary import Status
 
 
 class TokenOrSession(AuthBase):
@@ -229,7 +230,7 @@ def task_detail(request: HttpRequest, task_id: str):
 
 
 class TaskFilter(Schema):
-    status: Literal[tuple(Status.values)] | None = None  # type: ignore[valid-type]
+    status: Literal[tuple(s.value for s in Status)] | None = None  # type: ignore[valid-type]
     agent: str | None = None
     cwd: str | None = None
     limit: int = Field(50, ge=1, le=500)

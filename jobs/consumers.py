@@ -20,8 +20,9 @@ from django.template.loader import render_to_string
 
 from jobs import actions, auth, doorbell
 from jobs.errors import BridgeError
-from jobs.models import TERMINAL_STATUSES, Task, TaskEvent
+from jobs.models import Task, TaskEvent
 from jobs.views import with_pending_count
+from jobs.vocabulary import TERMINAL_STATUSES
 
 EVENT_BATCH = 500
 LIST_MIN_INTERVAL_S = 0.25  # the list coalesces bursts of news (token streaming) into a few updates

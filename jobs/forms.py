@@ -4,11 +4,11 @@ import json
 
 from django import forms
 
-from jobs.models import Agent, PermissionMode
+from jobs.vocabulary import Agent, PermissionMode, choices
 
 
 class NewTaskForm(forms.Form):
-    agent = forms.ChoiceField(choices=Agent.choices, initial=Agent.CLAUDE)
+    agent = forms.ChoiceField(choices=choices(Agent), initial=Agent.CLAUDE)
     prompt = forms.CharField(widget=forms.Textarea(attrs={"rows": 8, "placeholder": "What should the agent do?"}))
     cwd = forms.CharField(
         label="Working directory",

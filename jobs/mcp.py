@@ -28,8 +28,9 @@ from mcp.types import CallToolResult, TextContent
 
 from jobs import actions, auth, doorbell, hermes_skills, paths
 from jobs.errors import BridgeError, Refused
-from jobs.models import Agent, DecidedVia, PermissionRequest, PermissionStatus, Source, Status, Task, TaskEvent
+from jobs.models import PermissionRequest, Task, TaskEvent
 from jobs.runners.hermes import acp_installed
+from jobs.vocabulary import Agent, DecidedVia, PermissionStatus, Source, Status
 
 INSTRUCTIONS = """\
 Bridge runs coding agents (Hermes Agent, Claude Code) as supervised background jobs and records everything.

@@ -7,35 +7,16 @@ import uuid
 
 from django.db import models
 
-
-class Agent(models.TextChoices):
-    CLAUDE = "claude", "Claude Code"
-    HERMES = "hermes", "Hermes Agent"
-
-
-class Status(models.TextChoices):
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    TIMEOUT = "timeout"
-    ORPHANED = "orphaned"
-
-
-TERMINAL_STATUSES = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED, Status.TIMEOUT, Status.ORPHANED})
-
-
-class PermissionMode(models.TextChoices):
-    APPROVE = "approve", "ask for every tool"
-    BYPASS = "bypass", "allow every tool (recorded as policy)"
-    SKIP = "skip", "the CLI's own skip-permissions flag"
-
-
-class Source(models.TextChoices):
-    API = "api"
-    MCP = "mcp"
-    WEB = "web"
+from jobs.vocabulary import (
+    TERMINAL_STATUSES,
+    Agent,
+    DecidedVia,
+    PermissionMode,
+    PermissionStatus,
+    Source,
+    Status,
+    choices,
+)
 
 
 class Worker(models.Model):
@@ -57,7 +38,7 @@ class Worker(models.Model):
 class AgentSession(models.Model):
     """An executor's own conversation, which later tasks can resume."""
 
-    agent = models.CharField(max_length=20, choices=Agent.choices)
+    agent = models.CharField(max_length=20, choices=choices(Agent))
     session_id = models.CharField(max_length=200)
     cwd = models.TextField()
     title = models.CharField(max_length=200, blank=True)
@@ -74,11 +55,11 @@ class AgentSession(models.Model):
 
 class Task(models.Model):
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    agent = models.CharField(max_length=20, choices=Agent.choices, default=Agent.CLAUDE)
+    agent = models.CharField(max_length=20, choices=choices(Agent), default=Agent.CLAUDE)
     prompt = models.TextField()
     cwd = models.TextField()
-    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True)
-    permission_mode = models.CharField(max_length=20, choices=PermissionMode.choices, default=PermissionMode.APPROVE)
+    status = models.CharField(max_length=20, choices=choices(Status), default=Status.QUEUED, db_index=True)
+    permission_mode = models.CharField(max_length=20, choices=choices(PermissionMode), default=PermissionMode.APPROVE)
     options = models.JSONField(default=dict, blank=True)
     timeout_s = models.IntegerField()
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -99,7 +80,7 @@ class Task(models.Model):
     num_turns = models.IntegerField(null=True, blank=True)
     session = models.ForeignKey(AgentSession, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
     resume_session_id = models.CharField(max_length=200, blank=True)
-    source = models.CharField(max_length=10, choices=Source.choices, default=Source.API)
+    source = models.CharField(max_length=10, choices=choices(Source), default=Source.API)
     created_by = models.CharField(max_length=200, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.TextField(blank=True)
@@ -133,24 +114,6 @@ class TaskEvent(models.Model):
         return f"{self.task_id}#{self.seq} {self.kind}"
 
 
-class PermissionStatus(models.TextChoices):
-    PENDING = "pending"
-    ALLOWED = "allowed"
-    DENIED = "denied"
-    CANCELLED = "cancelled"
-    EXPIRED = "expired"
-
-
-class DecidedVia(models.TextChoices):
-    API = "api"
-    WEB = "web"
-    MCP = "mcp"
-    POLICY = "policy"
-    TIMEOUT = "timeout"
-    AGENT = "agent"
-    SUPERVISOR = "supervisor"
-
-
 class PermissionRequest(models.Model):
     """An executor asking to use a tool; answered once, by a person, a planner, a policy or the clock."""
 
@@ -161,12 +124,12 @@ class PermissionRequest(models.Model):
     tool_use_id = models.CharField(max_length=200, blank=True)
     suggestions = models.JSONField(default=list, blank=True)
     status = models.CharField(
-        max_length=20, choices=PermissionStatus.choices, default=PermissionStatus.PENDING, db_index=True
+        max_length=20, choices=choices(PermissionStatus), default=PermissionStatus.PENDING, db_index=True
     )
     updated_input = models.JSONField(null=True, blank=True)
     message = models.TextField(blank=True)
     decided_by = models.CharField(max_length=200, blank=True)
-    decided_via = models.CharField(max_length=20, choices=DecidedVia.choices, blank=True)
+    decided_via = models.CharField(max_length=20, choices=choices(DecidedVia), blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)

@@ -24,9 +24,10 @@ from django.db import DatabaseError, close_old_connections, connection
 from jobs import actions, doorbell
 from jobs.actions import Outcome
 from jobs.errors import Conflict
-from jobs.models import Status, Task
+from jobs.models import Task
 from jobs.runners import runner_for
 from jobs.runners.base import Runner, Step
+from jobs.vocabulary import Status
 
 log = logging.getLogger(__name__)
 

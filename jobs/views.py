@@ -26,7 +26,8 @@ from django.views.decorators.http import require_GET, require_POST
 from jobs import actions, auth, doorbell, reports
 from jobs.errors import BridgeError
 from jobs.forms import DecisionForm, FollowUpForm, NewTaskForm
-from jobs.models import TERMINAL_STATUSES, Agent, DecidedVia, PermissionStatus, Source, Status, Task, TaskEvent
+from jobs.models import Task, TaskEvent
+from jobs.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, PermissionStatus, Source, Status, choices
 
 SSE_BATCH = 500
 
@@ -137,8 +138,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "cursor": TaskEvent.objects.aggregate(latest=Max("pk"))["latest"] or 0,
         "pending_permissions": len(actions.pending_permissions()),
         "counts": actions.queue_counts(),
-        "statuses": Status.values,
-        "agents": Agent.choices,
+        "statuses": list(Status),
+        "agents": choices(Agent),
         "status": status,
         "agent": agent,
     }

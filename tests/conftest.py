@@ -1,26 +1,13 @@
-"""Shared fixtures: confined work roots, the fake agent, an in-process supervisor, and waiting on the doorbell."""
+"""Shared fixtures: confined work roots, the fake agent and an in-process supervisor (helpers: tests/support.py)."""
 
 import os
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from jobs import actions, doorbell
-from jobs.models import Task
-
-FAKES = Path(__file__).parent / "fakes"
-IN_CI = bool(os.environ.get("CI"))
-
-
-def skip_or_fail(reason: str) -> None:
-    """Tests that need something missing skip on a laptop and fail in CI, where everything must be there."""
-    if IN_CI:
-        pytest.fail(f"{reason} (CI is set, so this is a failure, not a skip)")
-    pytest.skip(reason)
+from tests.support import FAKES, database_url
 
 
 @pytest.fixture
@@ -59,34 +46,19 @@ def supervisor(transactional_db, work_root, fake_agent, settings):
     assert not thread.is_alive(), "the supervisor did not stop"
 
 
-def wait_for(task: Task, predicate: Callable[[Task], bool] = lambda t: t.is_terminal, timeout: float = 30) -> Task:
-    """Wait until `predicate(task)` holds, re-reading the task whenever the doorbell rings for it."""
-    rang = threading.Event()
-    unsubscribe = doorbell.subscribe(str(task.public_id), rang.set)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            rang.clear()
-            task.refresh_from_db()
-            if predicate(task):
-                return task
-            left = deadline - time.monotonic()
-            if left <= 0:
-                kinds = [e.kind for e in actions.events_since(task)]
-                raise AssertionError(f"timed out: task is {task.status} ({task.error!r}); events: {kinds}")
-            rang.wait(min(left, 1.0))
-    finally:
-        unsubscribe()
-
-
-def has_event(kind: str, **match) -> Callable[[Task], bool]:
-    def check(task: Task) -> bool:
-        return any(
-            e.kind == kind and all(e.data.get(k) == v for k, v in match.items()) for e in actions.events_since(task)
-        )
-
-    return check
-
-
-def make_task(prompt: str, **kwargs) -> Task:
-    return actions.create_task(actions.TaskSpec(prompt=prompt, **kwargs))
+@pytest.fixture
+def mcp_env(transactional_db, work_root, fake_agent, settings, tmp_path) -> dict[str, str]:
+    """The environment of a `manage.py mcp` on the test database, with no Hermes installed."""
+    data = tmp_path / "mcp-data"
+    data.mkdir()
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url(settings.DATABASES["default"]),
+        "BRIDGE_DATA_DIR": str(data),
+        "BRIDGE_CLAUDE_BIN": settings.BRIDGE_CLAUDE_BIN,
+        "BRIDGE_ALLOWED_ROOTS": str(work_root),
+        "BRIDGE_KILL_GRACE_S": "1",
+        "BRIDGE_POLL_S": "0.1",
+        "BRIDGE_HERMES_BIN": str(tmp_path / "no-such-hermes"),
+        "HERMES_HOME": str(tmp_path / "hermes-home"),
+    }

@@ -7,7 +7,7 @@ from django.test import Client
 
 from jobs import actions, auth
 from jobs.models import ApiToken, TaskEvent
-from tests.conftest import make_task
+from tests.support import make_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

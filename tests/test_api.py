@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from jobs import actions
 from jobs.auth import create_token
-from jobs.models import ApiToken, PermissionRequest, Status, Task
+from jobs.models import ApiToken, PermissionRequest, Task
+from jobs.vocabulary import Status
 
 pytestmark = pytest.mark.django_db
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests import e2e
-from tests.conftest import FAKES, skip_or_fail
 from tests.e2e import BridgeServer
 from tests.fakes.anthropic_server import FakeAnthropic, error, text, tool_use
+from tests.support import FAKES, skip_or_fail
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parent / "artifacts"

@@ -19,29 +19,14 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from jobs import actions, hermes_skills
-from jobs.models import Status, Task, Worker
-from tests.conftest import FAKES
+from jobs.models import Task, Worker
+from jobs.vocabulary import Status
 from tests.e2e import BridgeServer
-from tests.test_supervisor import database_url
+from tests.support import FAKES, REPO, TOOLS
 
 pytestmark = pytest.mark.django_db(transaction=True)
-REPO = Path(__file__).resolve().parent.parent
 JOB_ID = re.compile(r"^JOB_ID: (\S+)$", re.M)
 SESSION_ID = re.compile(r"^SESSION_ID: (\S+)$", re.M)
-TOOLS = {
-    "hermes_run",
-    "hermes_resume",
-    "hermes_status",
-    "hermes_jobs",
-    "hermes_read",
-    "hermes_capabilities",
-    "hermes_health",
-    "claude_run",
-    "claude_resume",
-    "task_cancel",
-    "permissions_pending",
-    "permission_decide",
-}
 
 
 class Reply:
@@ -71,24 +56,6 @@ class Session:
 
     async def call(self, tool: str, **arguments: Any) -> Reply:
         return Reply(await self.client.call_tool(tool, arguments))
-
-
-@pytest.fixture
-def mcp_env(transactional_db, work_root, fake_agent, settings, tmp_path) -> dict[str, str]:
-    """The environment of a `manage.py mcp` on the test database, with no Hermes installed."""
-    data = tmp_path / "mcp-data"
-    data.mkdir()
-    return {
-        **os.environ,
-        "DATABASE_URL": database_url(settings.DATABASES["default"]),
-        "BRIDGE_DATA_DIR": str(data),
-        "BRIDGE_CLAUDE_BIN": settings.BRIDGE_CLAUDE_BIN,
-        "BRIDGE_ALLOWED_ROOTS": str(work_root),
-        "BRIDGE_KILL_GRACE_S": "1",
-        "BRIDGE_POLL_S": "0.1",
-        "BRIDGE_HERMES_BIN": str(tmp_path / "no-such-hermes"),
-        "HERMES_HOME": str(tmp_path / "hermes-home"),
-    }
 
 
 def over_stdio(env: dict[str, str], steps: Callable[[Session], Awaitable[Any]]) -> Any:

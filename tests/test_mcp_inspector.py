@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import skip_or_fail
-from tests.test_mcp import REPO, TOOLS, mcp_env  # noqa: F401 - mcp_env is a fixture used below
+from tests.support import REPO, TOOLS, skip_or_fail
 
 pytestmark = pytest.mark.django_db(transaction=True)
 INSPECTOR_DIR = REPO / ".tools" / "inspector" / "node_modules"

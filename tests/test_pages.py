@@ -7,9 +7,10 @@ from django.test import Client
 from django.urls import reverse
 
 from jobs import actions
-from jobs.models import PermissionRequest, Source, TaskEvent
+from jobs.models import PermissionRequest, TaskEvent
 from jobs.views import login_link_path
-from tests.conftest import make_task
+from jobs.vocabulary import Source
+from tests.support import make_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

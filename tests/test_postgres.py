@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import skip_or_fail
+from tests.support import skip_or_fail
 
 REPO = Path(__file__).resolve().parent.parent
 POSTGRES_URL = os.environ.get("BRIDGE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/bridge")

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs.models import PermissionMode, PermissionRequest, PermissionStatus, Status, Task
+from jobs.models import PermissionRequest, Task
 from jobs.runners.base import Step
 from jobs.runners.claude import ClaudeRunner
+from jobs.vocabulary import PermissionMode, PermissionStatus, Status
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude"
 

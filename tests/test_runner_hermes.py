@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from jobs.models import PermissionMode, PermissionRequest, PermissionStatus, Status, Task
+from jobs.models import PermissionRequest, Task
 from jobs.runners.acp import AcpRunner
 from jobs.runners.base import Step
 from jobs.runners.hermes import HermesAcpRunner, HermesOneShotRunner, acp_installed, hermes_mode
-from tests.conftest import make_task, wait_for
+from jobs.vocabulary import PermissionMode, PermissionStatus, Status
 from tests.fakes.hermes_env import DEFAULT_HERMES_BIN
+from tests.support import make_task, wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hermes"
 

@@ -11,8 +11,9 @@ import psutil
 import pytest
 
 from jobs import actions
-from jobs.models import AgentSession, PermissionRequest, Status, Task, TaskEvent
-from tests.conftest import has_event, make_task, wait_for
+from jobs.models import AgentSession, PermissionRequest, Task, TaskEvent
+from jobs.vocabulary import Status
+from tests.support import database_url, has_event, make_task, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 REPO = Path(__file__).resolve().parent.parent
@@ -255,13 +256,6 @@ def test_cancel_with_pending_permission_cancels_the_request(supervisor):
 
 
 # --- a supervisor that dies, and one that is told to stop -------------------------------------------------
-
-
-def database_url(db: dict) -> str:
-    """The test database as a DATABASE_URL, for a `manage.py` subprocess."""
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 def supervise_process(settings, extra_env: dict | None = None) -> subprocess.Popen:

@@ -16,7 +16,7 @@ from django.test import Client
 
 from bridge.asgi import application
 from jobs import actions, auth, doorbell
-from tests.conftest import make_task, skip_or_fail
+from tests.support import make_task, skip_or_fail
 
 pytestmark = pytest.mark.django_db(transaction=True)
 HOST = (b"host", b"127.0.0.1:8800")

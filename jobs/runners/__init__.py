@@ -1,7 +1,8 @@
 """One runner module per agent; `runner_for` picks the one a task needs."""
 
-from jobs.models import Agent, Task
+from jobs.models import Task
 from jobs.runners.base import Runner
+from jobs.vocabulary import Agent
 
 
 def runner_for(task: Task) -> Runner:

@@ -9,8 +9,9 @@ import json
 from typing import Any
 
 from jobs.actions import Outcome
-from jobs.models import PermissionRequest, PermissionStatus, Status
+from jobs.models import PermissionRequest
 from jobs.runners.base import PermissionAsk, Runner, Step, dumps_line, json_object, plain_output
+from jobs.vocabulary import PermissionStatus, Status
 
 PROTOCOL_VERSION = 1
 TOOL_TEXT_LIMIT = 64 * 1024

@@ -7,8 +7,9 @@ import uuid
 from django.conf import settings
 
 from jobs.actions import Outcome
-from jobs.models import PermissionMode, PermissionRequest, PermissionStatus, Status
+from jobs.models import PermissionRequest
 from jobs.runners.base import PermissionAsk, Runner, Step, dumps_line, json_object, plain_output
+from jobs.vocabulary import PermissionMode, PermissionStatus, Status
 
 REQUEST_ID_RE = re.compile(rb'"request_id"\s*:\s*"([^"]{1,200})"')
 TOOL_RESULT_TEXT_LIMIT = 64 * 1024

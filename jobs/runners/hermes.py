@@ -13,9 +13,10 @@ from django.conf import settings
 
 from jobs.actions import Outcome
 from jobs.hermes_skills import site_packages
-from jobs.models import PermissionMode, PermissionRequest, Status, Task
+from jobs.models import PermissionRequest, Task
 from jobs.runners.acp import AcpRunner
 from jobs.runners.base import Runner, Step
+from jobs.vocabulary import PermissionMode, Status
 
 SESSION_ID_RE = re.compile(r"^session_id:\s*(\S+)\s*$", re.MULTILINE)
 DEFAULT_MAX_TURNS = 90  # Hermes' own default
