@@ -424,16 +424,25 @@ USAGE_FIELDS = (
 )
 
 
-def finish_task(task: Task, outcome: Outcome, stderr_tail: str = "") -> Task:
+def finish_task(
+    task: Task,
+    *,
+    status: str,
+    exit_code: int | None = None,
+    result: str = "",
+    error: str = "",
+    usage: dict[str, Any] | None = None,
+    stderr_tail: str = "",
+) -> Task:
     """Record the end of a run; pending permission requests that outlive their task become cancelled."""
-    usage = {k: outcome.usage[k] for k in USAGE_FIELDS if outcome.usage.get(k) is not None}
+    usage = {k: usage[k] for k in USAGE_FIELDS if (usage or {}).get(k) is not None}
     with transaction.atomic():
         updated = Task.objects.filter(pk=task.pk, status=Status.RUNNING).update(
-            status=outcome.status,
+            status=status,
             finished_at=timezone.now(),
-            exit_code=outcome.exit_code,
-            result=outcome.result,
-            error=outcome.error,
+            exit_code=exit_code,
+            result=result,
+            error=error,
             stderr_tail=stderr_tail,
             **usage,
         )
@@ -447,7 +456,7 @@ def finish_task(task: Task, outcome: Outcome, stderr_tail: str = "") -> Task:
             )
         append_events(
             task,
-            [_status_event(task, exit_code=outcome.exit_code, error=outcome.error, result=outcome.result, usage=usage)],
+            [_status_event(task, exit_code=exit_code, error=error, result=result, usage=usage)],
         )
     return task
 

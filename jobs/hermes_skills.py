@@ -35,6 +35,17 @@ def site_packages(executable: Path) -> list[Path]:
     return [site for venv in venvs for site in venv.glob("lib/python*/site-packages")]
 
 
+def acp_installed(executable: str) -> bool:
+    """Whether the Python environment behind this executable has the ACP extra (`hermes-agent[acp]`).
+
+    Looked up on disk, never by running Hermes.
+    """
+    found = shutil.which(executable)
+    if not found:
+        return False
+    return any((site / "acp" / "__init__.py").exists() for site in site_packages(Path(found)))
+
+
 def hermes_version(executable: Path) -> str | None:
     """The installed hermes-agent version from its package metadata, or None when it cannot be found."""
     for dist in importlib.metadata.distributions(name=HERMES_DIST, path=[str(d) for d in site_packages(executable)]):

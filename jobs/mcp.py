@@ -28,8 +28,8 @@ from mcp.types import CallToolResult, TextContent
 
 from jobs import actions, auth, doorbell, hermes_skills, paths
 from jobs.errors import BridgeError, Refused
+from jobs.hermes_skills import acp_installed
 from jobs.models import PermissionRequest, Task, TaskEvent
-from jobs.runners.hermes import acp_installed
 from jobs.vocabulary import Agent, DecidedVia, PermissionStatus, Source, Status
 
 INSTRUCTIONS = """\

@@ -16,13 +16,13 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import asdict
 
 import psutil
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
 
 from jobs import actions, doorbell
-from jobs.actions import Outcome
 from jobs.errors import Conflict
 from jobs.models import Task
 from jobs.runners import runner_for
@@ -141,7 +141,7 @@ class TaskRun(threading.Thread):
             log.exception("task %s: supervisor error", self.task.public_id)
             if self.proc is not None:
                 kill_group(self.proc.pid, signal.SIGKILL)
-            actions.finish_task(self.task, Outcome(Status.FAILED, error=f"Bridge failed while running it: {exc!r}"))
+            actions.finish_task(self.task, status=Status.FAILED, error=f"Bridge failed while running it: {exc!r}")
         finally:
             unsubscribe()
             connection.close()
@@ -165,7 +165,7 @@ class TaskRun(threading.Thread):
             error = f"could not start {argv[0]!r}: {exc.strerror or exc}"
             if self.runner.executable_setting:
                 error += f" (the executable is set by {self.runner.executable_setting})"
-            actions.finish_task(self.task, Outcome(Status.FAILED, error=error))
+            actions.finish_task(self.task, status=Status.FAILED, error=error)
             return
         self.deadline = time.monotonic() + self.task.timeout_s
         try:
@@ -212,7 +212,7 @@ class TaskRun(threading.Thread):
         if self.stop_status is not None:
             outcome.status = self.stop_status
             outcome.error = self.stop_reason
-        actions.finish_task(self.task, outcome, stderr_tail=stderr.text())
+        actions.finish_task(self.task, **asdict(outcome), stderr_tail=stderr.text())
 
     def _next_items(self) -> list[tuple]:
         try:

@@ -237,7 +237,7 @@ def test_permission_decisions(api):
 
 def test_decision_on_a_finished_task_is_409(api):
     task = running_task_with_requests(1)
-    actions.finish_task(task, actions.Outcome(status=Status.DONE, exit_code=0))
+    actions.finish_task(task, status=Status.DONE, exit_code=0)
     assert PermissionRequest.objects.get(task=task).status == "cancelled"
     response = api("post", "/v1/task/permission", {"task_id": str(task.public_id), "behavior": "allow"})
     assert response.status_code == 409 and "has ended" in response.json()["error"]

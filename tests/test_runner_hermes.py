@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from jobs.hermes_skills import acp_installed
 from jobs.models import PermissionRequest, Task
 from jobs.runners.acp import AcpRunner
 from jobs.runners.base import Step
-from jobs.runners.hermes import HermesAcpRunner, HermesOneShotRunner, acp_installed, hermes_mode
+from jobs.runners.hermes import HermesAcpRunner, HermesOneShotRunner, hermes_mode
 from jobs.vocabulary import PermissionMode, PermissionStatus, Status
 from tests.fakes.hermes_env import DEFAULT_HERMES_BIN
 from tests.support import make_task, wait_for

@@ -6,13 +6,11 @@ ACP server takes no such settings).
 """
 
 import re
-import shutil
-from pathlib import Path
 
 from django.conf import settings
 
 from jobs.actions import Outcome
-from jobs.hermes_skills import site_packages
+from jobs.hermes_skills import acp_installed
 from jobs.models import PermissionRequest, Task
 from jobs.runners.acp import AcpRunner
 from jobs.runners.base import Runner, Step
@@ -21,17 +19,6 @@ from jobs.vocabulary import PermissionMode, Status
 SESSION_ID_RE = re.compile(r"^session_id:\s*(\S+)\s*$", re.MULTILINE)
 DEFAULT_MAX_TURNS = 90  # Hermes' own default
 ONESHOT_ONLY_OPTIONS = ("skills", "toolsets", "max_turns")
-
-
-def acp_installed(executable: str) -> bool:
-    """Whether the Python environment behind this executable has the ACP extra (`hermes-agent[acp]`).
-
-    Looked up on disk, never by running Hermes.
-    """
-    found = shutil.which(executable)
-    if not found:
-        return False
-    return any((site / "acp" / "__init__.py").exists() for site in site_packages(Path(found)))
 
 
 def hermes_mode(task: Task) -> str:
