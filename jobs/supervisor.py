@@ -16,7 +16,8 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from enum import Enum
 
 import psutil
 from django.conf import settings
@@ -24,10 +25,10 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from jobs import actions, doorbell
 from jobs.errors import Conflict
-from jobs.models import Task
+from jobs.models import PermissionRequest, Task
 from jobs.runners import runner_for
-from jobs.runners.base import Runner, Step
-from jobs.vocabulary import Status
+from jobs.runners.base import Decision, Runner, RunSpec, Step
+from jobs.vocabulary import PermissionStatus, Status
 
 log = logging.getLogger(__name__)
 
@@ -37,20 +38,68 @@ INBOX_SIZE = 10_000
 BATCH_LINES = 500
 HEARTBEAT_S = 5.0
 ORPHAN_SCAN_S = 30.0
+EXIT_DRAIN_S = 5.0  # after the child exits, how long to wait for the end of its stdout (a grandchild may hold it)
 PR_SET_PDEATHSIG = 1
 
 _libc = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
 
 
+# --- process control: the only code that spawns or signals processes --------------------------------------------
 def _die_with_parent() -> None:
     """Runs in the child before exec: ask Linux to SIGKILL it when the spawning thread dies."""
     if _libc is not None:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def start_group(argv: list[str], cwd: str, env: dict[str, str], with_stdin: bool) -> subprocess.Popen:
+    """Start a child as the leader of its own process group, so a signal to the group reaches what it starts too."""
+    return subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_die_with_parent if _libc is not None else None,
+    )
+
+
+def process_create_time(pid: int) -> float:
+    """When the process started: with the pid, it tells a later check whether the pid still means this process."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return time.time()
+
+
 def kill_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+# --- plain data for the runners ---------------------------------------------------------------------------------
+def run_spec(task: Task) -> RunSpec:
+    """What the task's runner may read: a copy, so runners never touch the models."""
+    return RunSpec(
+        agent=task.agent,
+        prompt=task.prompt,
+        cwd=str(task.cwd),
+        permission_mode=task.permission_mode,
+        options=dict(task.options or {}),
+        resume_session_id=task.resume_session_id,
+    )
+
+
+def decision_for(perm: PermissionRequest) -> Decision:
+    """A decided permission request as the runner passes it on."""
+    return Decision(
+        request_id=perm.request_id,
+        status=perm.status,
+        tool_input=perm.input,
+        updated_input=perm.updated_input,
+        message=perm.message,
+    )
 
 
 class LineReader(threading.Thread):
@@ -103,8 +152,27 @@ class TailReader(threading.Thread):
         return text
 
 
+class StopStep(Enum):
+    """How far a stop has gone: the agent was asked (its own interrupt, or its turn had already ended), then the
+    process group got SIGTERM, then SIGKILL."""
+
+    ASKED = "asked"
+    SIGTERM = "SIGTERM"
+    SIGKILL = "SIGKILL"
+
+
+@dataclass
+class Stopping:
+    """A stop under way (a cancel request or the timeout)."""
+
+    reason: str
+    status: str | None  # the status to record; None when the agent had already said how it ended, which stands
+    started: float  # time.monotonic() when the stop began; the signals follow BRIDGE_KILL_GRACE_S after it
+    step: StopStep = StopStep.ASKED
+
+
 class TaskRun(threading.Thread):
-    """Runs one claimed task from spawn to its recorded end."""
+    """Runs one claimed task from spawn to its recorded end: `_spawn`, `_pump` until the child is gone, `_finish`."""
 
     def __init__(self, supervisor: "Supervisor", task: Task) -> None:
         super().__init__(daemon=True, name=f"task-{task.public_id}")
@@ -113,17 +181,16 @@ class TaskRun(threading.Thread):
         self.inbox: queue.Queue = queue.Queue(maxsize=INBOX_SIZE)
         self.proc: subprocess.Popen | None = None
         self.runner: Runner | None = None
+        self.stderr: TailReader | None = None
         self.pending: list[tuple[str, dict]] = []
         self.output_bytes = 0
         self.truncated = False
         self.session_linked = False
         self.finished = False  # the agent reported how it ended (Claude's result line, ACP's stopReason)
-        self.stopping = False
+        self.eof = False  # the child's stdout is read to its end
+        self.exited_at: float | None = None
         self.abandoned = False  # someone else ended the task (a peer marked it orphaned): stop recording
-        self.stop_status: str | None = None
-        self.stop_reason = ""
-        self.stop_started = 0.0
-        self.stop_phase = 0
+        self.stopping: Stopping | None = None
         self.deadline = 0.0
         self.last_db_check = 0.0
 
@@ -148,48 +215,39 @@ class TaskRun(threading.Thread):
             self.supervisor.wake()
 
     def _run(self) -> None:
-        self.runner = runner_for(self.task)
+        self.runner = runner_for(run_spec(self.task))
+        if not self._spawn():
+            return
+        self._pump()
+        if not self.abandoned:
+            self._finish()
+
+    # --- the phases -------------------------------------------------------------------------------------------
+    def _spawn(self) -> bool:
+        """Start the child and its readers; False when it could not start (then the task is recorded as failed)."""
         argv = self.runner.argv()
         try:
-            self.proc = subprocess.Popen(
-                argv,
-                cwd=self.task.cwd,
-                env=self.runner.env(),
-                stdin=subprocess.PIPE if self.runner.uses_stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                preexec_fn=_die_with_parent if _libc is not None else None,
-            )
+            self.proc = start_group(argv, self.task.cwd, self.runner.env(), self.runner.uses_stdin)
         except OSError as exc:
             error = f"could not start {argv[0]!r}: {exc.strerror or exc}"
             if self.runner.executable_setting:
                 error += f" (the executable is set by {self.runner.executable_setting})"
             actions.finish_task(self.task, status=Status.FAILED, error=error)
-            return
+            return False
         self.deadline = time.monotonic() + self.task.timeout_s
-        try:
-            create_time = psutil.Process(self.proc.pid).create_time()
-        except psutil.NoSuchProcess:
-            create_time = time.time()
-        actions.mark_spawned(self.task, self.proc.pid, create_time, argv)
+        actions.mark_spawned(self.task, self.proc.pid, process_create_time(self.proc.pid), argv)
         LineReader(self.proc.stdout, self.inbox, settings.BRIDGE_MAX_LINE_BYTES).start()
-        stderr = TailReader(self.proc.stderr, settings.BRIDGE_STDERR_TAIL_BYTES)
-        stderr.start()
+        self.stderr = TailReader(self.proc.stderr, settings.BRIDGE_STDERR_TAIL_BYTES)
+        self.stderr.start()
         for line in self.runner.stdin_lines():
             self._write(line)
+        return True
 
-        eof = False
-        exited_at = None
+    def _pump(self) -> None:
+        """Record output, pass on decisions and stops, until the child is gone or the task was abandoned."""
         while True:
             items = self._next_items()
-            for item in items:
-                if item[0] == "line":
-                    self._handle(self.runner.on_line(item[1]), len(item[1]))
-                elif item[0] == "oversized":
-                    self._on_oversized(item[1], item[2])
-                elif item[0] == "eof":
-                    eof = True
+            self._read(items)
             self._flush()
             now = time.monotonic()
             if any(item[0] == "wake" for item in items) or now - self.last_db_check >= settings.BRIDGE_POLL_S:
@@ -198,22 +256,21 @@ class TaskRun(threading.Thread):
                 if self.abandoned:
                     return
             self._check_clock(now)
-            if self.proc.poll() is not None:
-                if exited_at is None:
-                    exited_at = now
-                    kill_group(self.proc.pid, signal.SIGKILL)  # whatever the agent left behind dies with it
-                if eof or now - exited_at > 5:
-                    break
+            if self._child_gone(now):
+                return
 
-        stderr.join(timeout=2)
-        self._handle(self.runner.on_exit(stderr.text()), 0)
+    def _finish(self) -> None:
+        """Record how the run ended; a stop's status and reason win over what the agent said."""
+        self.stderr.join(timeout=2)
+        stderr_tail = self.stderr.text()
+        self._handle(self.runner.on_exit(stderr_tail), 0)
         self._flush()
-        outcome = self.runner.outcome(self.proc.returncode, stderr.text())
-        if self.stop_status is not None:
-            outcome.status = self.stop_status
-            outcome.error = self.stop_reason
-        actions.finish_task(self.task, **asdict(outcome), stderr_tail=stderr.text())
+        outcome = self.runner.outcome(self.proc.returncode, stderr_tail)
+        if self.stopping is not None and self.stopping.status is not None:
+            outcome.status, outcome.error = self.stopping.status, self.stopping.reason
+        actions.finish_task(self.task, **asdict(outcome), stderr_tail=stderr_tail)
 
+    # --- reading and writing ----------------------------------------------------------------------------------
     def _next_items(self) -> list[tuple]:
         try:
             items = [self.inbox.get(timeout=self._wait_time())]
@@ -228,9 +285,27 @@ class TaskRun(threading.Thread):
 
     def _wait_time(self) -> float:
         wait = settings.BRIDGE_POLL_S
-        if not self.stopping:
+        if self.stopping is None:
             wait = min(wait, self.deadline - time.monotonic())
         return max(0.01, wait)
+
+    def _read(self, items: list[tuple]) -> None:
+        for item in items:
+            if item[0] == "line":
+                self._handle(self.runner.on_line(item[1]), len(item[1]))
+            elif item[0] == "oversized":
+                self._on_oversized(item[1], item[2])
+            elif item[0] == "eof":
+                self.eof = True
+
+    def _child_gone(self, now: float) -> bool:
+        """The child has exited and its stdout is read (or it exited EXIT_DRAIN_S ago and a grandchild holds it)."""
+        if self.proc.poll() is None:
+            return False
+        if self.exited_at is None:
+            self.exited_at = now
+            kill_group(self.proc.pid, signal.SIGKILL)  # whatever the agent left behind dies with it
+        return self.eof or now - self.exited_at > EXIT_DRAIN_S
 
     def _write(self, line: bytes) -> None:
         stdin = self.proc.stdin
@@ -254,15 +329,7 @@ class TaskRun(threading.Thread):
         if step.session_id and not self.session_linked:
             actions.link_session(self.task, step.session_id)
             self.session_linked = True
-        events = step.events
-        if self.output_bytes > settings.BRIDGE_MAX_OUTPUT_BYTES:
-            if not self.truncated:
-                self.truncated = True
-                limit = settings.BRIDGE_MAX_OUTPUT_BYTES
-                note = f"output over {limit} bytes (BRIDGE_MAX_OUTPUT_BYTES): later output is not recorded"
-                self.pending.append(("truncated", {"reason": note, "bytes": self.output_bytes}))
-            events = [event for event in events if event[0] in ESSENTIAL_KINDS]
-        self.pending.extend(events)
+        self._keep(step.events)
         for reply in step.replies:
             self._write(reply)
         for ask in step.asks:
@@ -275,7 +342,7 @@ class TaskRun(threading.Thread):
                 tool_use_id=ask.tool_use_id,
                 suggestions=ask.suggestions,
             )
-            if perm.status != "pending":
+            if perm.status != PermissionStatus.PENDING:
                 self._deliver(perm)
         for request_id in step.withdrawn:
             self._flush()
@@ -283,6 +350,17 @@ class TaskRun(threading.Thread):
         if step.finished:
             self.finished = True
             self._close_stdin()
+
+    def _keep(self, events: list[tuple[str, dict]]) -> None:
+        """Queue events for recording; past BRIDGE_MAX_OUTPUT_BYTES only the essential ones, after one note."""
+        if self.output_bytes > settings.BRIDGE_MAX_OUTPUT_BYTES:
+            if not self.truncated:
+                self.truncated = True
+                limit = settings.BRIDGE_MAX_OUTPUT_BYTES
+                note = f"output over {limit} bytes (BRIDGE_MAX_OUTPUT_BYTES): later output is not recorded"
+                self.pending.append(("truncated", {"reason": note, "bytes": self.output_bytes}))
+            events = [event for event in events if event[0] in ESSENTIAL_KINDS]
+        self.pending.extend(events)
 
     def _on_oversized(self, head: bytes, size: int) -> None:
         limit = settings.BRIDGE_MAX_LINE_BYTES
@@ -303,17 +381,18 @@ class TaskRun(threading.Thread):
             events, self.pending = self.pending, []
             actions.append_events(self.task, events)
 
-    def _deliver(self, perm) -> None:
-        self._write(self.runner.answer(perm))
+    def _deliver(self, perm: PermissionRequest) -> None:
+        self._write(self.runner.answer(decision_for(perm)))
         actions.mark_delivered(perm)
 
+    # --- the database and the clock ---------------------------------------------------------------------------
     def _check_database(self) -> None:
         """Cancel requests, expired permission requests and decisions to pass on: all come from the database."""
         row = Task.objects.filter(pk=self.task.pk).values("status", "cancel_requested_at", "cancel_reason").get()
         if row["status"] != Status.RUNNING:
             self._abandon(row["status"])
             return
-        if not self.stopping and row["cancel_requested_at"] is not None:
+        if self.stopping is None and row["cancel_requested_at"] is not None:
             self._begin_stop(Status.CANCELLED, row["cancel_reason"] or "cancelled by request")
         actions.expire_permissions(self.task)
         for perm in actions.undelivered_decisions(self.task):
@@ -327,15 +406,22 @@ class TaskRun(threading.Thread):
         self.pending = []
         self.abandoned = True
 
+    def _check_clock(self, now: float) -> None:
+        if self.stopping is None and now >= self.deadline:
+            self._begin_stop(Status.TIMEOUT, f"ran longer than its timeout of {self.task.timeout_s} s")
+        if self.stopping is not None and self.proc.poll() is None:
+            self._escalate(now)
+
+    # --- stopping: interrupt, then SIGTERM, then SIGKILL ------------------------------------------------------
     def _begin_stop(self, status: str, reason: str) -> None:
-        self.stopping = True
-        self.stop_started = time.monotonic()
+        """Ask the agent to stop its own way (the runner's stop lines); with nothing to write, SIGTERM at once."""
         if self.finished:
             # The agent already said how it ended; that outcome stands, only its process still has to go.
+            self.stopping = Stopping(reason=reason, status=None, started=time.monotonic())
             self.pending.append(("stopping", {"reason": reason, "after_result": True}))
             self._signal(signal.SIGTERM)
             return
-        self.stop_status, self.stop_reason = status, reason
+        self.stopping = Stopping(reason=reason, status=status, started=time.monotonic())
         self.pending.append(("stopping", {"status": status, "reason": reason}))
         lines = self.runner.stop_lines()
         for line in lines:
@@ -343,22 +429,19 @@ class TaskRun(threading.Thread):
         if not lines:
             self._signal(signal.SIGTERM)
 
-    def _signal(self, sig: int) -> None:
-        self.stop_phase = 1 if sig == signal.SIGTERM else 2
-        self.pending.append(("signal", {"signal": signal.Signals(sig).name}))
-        kill_group(self.proc.pid, sig)
-
-    def _check_clock(self, now: float) -> None:
-        if not self.stopping and now >= self.deadline:
-            self._begin_stop(Status.TIMEOUT, f"ran longer than its timeout of {self.task.timeout_s} s")
-        if not self.stopping or self.proc.poll() is not None:
-            return
+    def _escalate(self, now: float) -> None:
+        """SIGTERM BRIDGE_KILL_GRACE_S after the stop began, SIGKILL at twice that: an agent may not ignore a stop."""
         grace = settings.BRIDGE_KILL_GRACE_S
-        elapsed = now - self.stop_started
-        if self.stop_phase == 0 and elapsed >= grace:
+        elapsed = now - self.stopping.started
+        if self.stopping.step is StopStep.ASKED and elapsed >= grace:
             self._signal(signal.SIGTERM)
-        elif self.stop_phase == 1 and elapsed >= 2 * grace:
+        elif self.stopping.step is StopStep.SIGTERM and elapsed >= 2 * grace:
             self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        self.stopping.step = StopStep[sig.name]
+        self.pending.append(("signal", {"signal": sig.name}))
+        kill_group(self.proc.pid, sig)
 
 
 class Supervisor:
@@ -387,6 +470,25 @@ class Supervisor:
         If it cannot start (no database, no migrations), `startup_error` says why and `ready` is set all the same,
         so whoever waits for it can report the reason instead of hanging.
         """
+        if not self._start():
+            return
+        unsubscribe = doorbell.subscribe(doorbell.QUEUE, self.wake)
+        heartbeat = threading.Thread(target=self._heartbeat, name="supervisor-heartbeat", daemon=True)
+        heartbeat.start()
+        log.info("supervisor %s: up to %d tasks at once", self.worker.name, self.capacity)
+        self.ready.set()
+        try:
+            self._serve()
+            self._drain()
+        finally:
+            unsubscribe()
+            self._exited.set()
+            heartbeat.join(timeout=HEARTBEAT_S + 5)
+            actions.stop_worker(self.worker)
+            connection.close()
+
+    def _start(self) -> bool:
+        """Register this worker and close what a gone supervisor left running; False, with `startup_error`, if not."""
         try:
             self.worker = actions.register_worker(self.capacity)
             self.reap_orphans()
@@ -397,36 +499,27 @@ class Supervisor:
                 actions.stop_worker(self.worker)
             connection.close()
             self.ready.set()
-            return
-        unsubscribe = doorbell.subscribe(doorbell.QUEUE, self.wake)
-        heartbeat = threading.Thread(target=self._heartbeat, name="supervisor-heartbeat", daemon=True)
-        heartbeat.start()
-        log.info("supervisor %s: up to %d tasks at once", self.worker.name, self.capacity)
-        self.ready.set()
-        try:
-            next_scan = time.monotonic() + ORPHAN_SCAN_S
-            while not self._stop.is_set():
-                self._wake.clear()
-                self._forget_finished()
-                try:
-                    self._claim()
-                    if time.monotonic() >= next_scan:
-                        self.reap_orphans()
-                        next_scan = time.monotonic() + ORPHAN_SCAN_S
-                except DatabaseError:
-                    # A busy or restarting database must not end the supervisor: running tasks go on, and
-                    # claiming resumes when the database answers again.
-                    log.exception("supervisor: database error; retrying")
-                    connection.close()
-                close_old_connections()
-                self._wake.wait(timeout=settings.BRIDGE_POLL_S)
-            self._drain()
-        finally:
-            unsubscribe()
-            self._exited.set()
-            heartbeat.join(timeout=HEARTBEAT_S + 5)
-            actions.stop_worker(self.worker)
-            connection.close()
+            return False
+        return True
+
+    def _serve(self) -> None:
+        """Claim tasks and look for orphans until request_stop()."""
+        next_scan = time.monotonic() + ORPHAN_SCAN_S
+        while not self._stop.is_set():
+            self._wake.clear()
+            self._forget_finished()
+            try:
+                self._claim()
+                if time.monotonic() >= next_scan:
+                    self.reap_orphans()
+                    next_scan = time.monotonic() + ORPHAN_SCAN_S
+            except DatabaseError:
+                # A busy or restarting database must not end the supervisor: running tasks go on, and
+                # claiming resumes when the database answers again.
+                log.exception("supervisor: database error; retrying")
+                connection.close()
+            close_old_connections()
+            self._wake.wait(timeout=settings.BRIDGE_POLL_S)
 
     def _heartbeat(self) -> None:
         """Its own thread, so a slow claim or scan (or a long drain) never makes peers think this supervisor is dead."""

@@ -5,8 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.models import PermissionRequest, Task
-from jobs.runners.base import Step
+from jobs.runners.base import Decision, RunSpec, Step
 from jobs.runners.claude import ClaudeRunner
 from jobs.vocabulary import PermissionMode, PermissionStatus, Status
 
@@ -14,7 +13,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "claude"
 
 
 def replay(name: str, **task_fields) -> tuple[ClaudeRunner, list[Step]]:
-    task = Task(prompt="p", cwd="/tmp", timeout_s=60, **task_fields)
+    task = RunSpec(prompt="p", cwd="/tmp", **task_fields)
     runner = ClaudeRunner(task)
     lines = (FIXTURES / f"{name}.jsonl").read_bytes().splitlines(keepends=True)
     return runner, [runner.on_line(line) for line in lines]
@@ -110,7 +109,7 @@ def test_skip_permissions_as_root_fails_with_the_clis_words():
 
 
 def test_non_json_output_is_kept_as_text():
-    runner = ClaudeRunner(Task(prompt="p", cwd="/tmp", timeout_s=1))
+    runner = ClaudeRunner(RunSpec(prompt="p", cwd="/tmp"))
     assert runner.on_line(b"Segmentation fault\n").events == [("stdout", {"text": "Segmentation fault"})]
     assert runner.on_line(b"[1, 2]\n").events == [("stdout", {"text": "[1, 2]"})]
 
@@ -125,11 +124,11 @@ def test_non_json_output_is_kept_as_text():
     ],
 )
 def test_answers_use_the_shape_the_cli_accepts(status, updated, expected):
-    runner = ClaudeRunner(Task(prompt="p", cwd="/tmp", timeout_s=1))
-    perm = PermissionRequest(
-        request_id="R1", input={"command": "ls"}, status=status, updated_input=updated, message="no"
+    runner = ClaudeRunner(RunSpec(prompt="p", cwd="/tmp"))
+    decision = Decision(
+        request_id="R1", tool_input={"command": "ls"}, status=status, updated_input=updated, message="no"
     )
-    line = runner.answer(perm)
+    line = runner.answer(decision)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert json.loads(line) == {
         "type": "control_response",
@@ -138,7 +137,7 @@ def test_answers_use_the_shape_the_cli_accepts(status, updated, expected):
 
 
 def test_an_unreadable_permission_request_is_still_denied():
-    runner = ClaudeRunner(Task(prompt="p", cwd="/tmp", timeout_s=1))
+    runner = ClaudeRunner(RunSpec(prompt="p", cwd="/tmp"))
     head = b'{"type":"control_request","request_id":"abc-1","request":{"subtype":"can_use_tool","input":{"c":"xx'
     reply = runner.on_oversized_line(head, 10_000_000).replies
     assert len(reply) == 1
@@ -148,10 +147,9 @@ def test_an_unreadable_permission_request_is_still_denied():
 
 
 def test_argv_for_options_and_resume():
-    task = Task(
+    task = RunSpec(
         prompt="p",
         cwd="/tmp",
-        timeout_s=1,
         options={"model": "sonnet", "max_turns": 4, "allowed_tools": ["Read", "Grep"]},
         resume_session_id="abc",
     )

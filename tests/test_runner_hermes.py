@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from jobs.hermes_skills import acp_installed
-from jobs.models import PermissionRequest, Task
 from jobs.runners.acp import AcpRunner
-from jobs.runners.base import Step
+from jobs.runners.base import Decision, RunSpec, Step
 from jobs.runners.hermes import HermesAcpRunner, HermesOneShotRunner, hermes_mode
 from jobs.vocabulary import PermissionMode, PermissionStatus, Status
 from tests.fakes.hermes_env import DEFAULT_HERMES_BIN
@@ -30,7 +29,7 @@ def sent(name: str) -> list[dict]:
 def replay(name: str, decision: str = "", **task_fields) -> tuple[HermesAcpRunner, list[Step], list[dict]]:
     """Feed what Hermes printed to a fresh runner; also return what the runner wrote (start lines, replies, and the
     answer to each permission question when a `decision` status is given)."""
-    task = Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60, **task_fields)
+    task = RunSpec(agent="hermes", prompt="p", cwd="/tmp/w", **task_fields)
     runner = HermesAcpRunner(task)
     written = [json.loads(line) for line in runner.stdin_lines()]
     steps = []
@@ -40,7 +39,7 @@ def replay(name: str, decision: str = "", **task_fields) -> tuple[HermesAcpRunne
             steps.append(step)
             written += [json.loads(line) for line in step.replies]
             for ask in step.asks if decision else []:
-                written.append(json.loads(runner.answer(PermissionRequest(request_id=ask.request_id, status=decision))))
+                written.append(json.loads(runner.answer(Decision(request_id=ask.request_id, status=decision))))
     return runner, steps, written
 
 
@@ -97,11 +96,11 @@ def test_acp_permission_request_with_id_zero_and_its_answers():
 
 def test_acp_stop_denies_pending_permissions_then_cancels():
     runner, steps, _ = replay("perm_allow")
-    fresh = HermesAcpRunner(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60))
+    fresh = HermesAcpRunner(RunSpec(agent="hermes", prompt="p", cwd="/tmp/w"))
     assert fresh.stop_lines() == [], "no session yet: nothing to cancel, the supervisor must signal"
     assert runner.stop_lines() == [], "the turn has ended: nothing to cancel"
 
-    runner = HermesAcpRunner(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60))
+    runner = HermesAcpRunner(RunSpec(agent="hermes", prompt="p", cwd="/tmp/w"))
     runner.stdin_lines()
     for entry in transcript("perm_allow"):
         if entry["dir"] == "in":
@@ -162,13 +161,13 @@ def test_acp_tool_call_and_its_result():
 
 
 def test_acp_exit_before_the_end_of_the_turn():
-    runner = HermesAcpRunner(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60))
+    runner = HermesAcpRunner(RunSpec(agent="hermes", prompt="p", cwd="/tmp/w"))
     outcome = runner.outcome(1, "Traceback ...\nImportError: no acp\n")
     assert outcome.status == Status.FAILED and "code 1" in outcome.error and "no acp" in outcome.error
 
 
 def test_acp_agent_requests_bridge_does_not_offer_get_an_error():
-    runner = AcpRunner(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60))
+    runner = AcpRunner(RunSpec(agent="hermes", prompt="p", cwd="/tmp/w"))
     step = runner.on_line(b'{"jsonrpc":"2.0","id":7,"method":"fs/read_text_file","params":{"path":"/etc/x"}}\n')
     reply = json.loads(step.replies[0])
     assert reply["id"] == 7 and reply["error"]["code"] == -32601
@@ -192,7 +191,7 @@ def oneshot(name: str) -> dict:
 
 
 def run_oneshot(name: str, **task_fields) -> tuple[HermesOneShotRunner, list[Step], Step]:
-    runner = HermesOneShotRunner(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60, **task_fields))
+    runner = HermesOneShotRunner(RunSpec(agent="hermes", prompt="p", cwd="/tmp/w", **task_fields))
     record = oneshot(name)
     steps = [runner.on_line(line) for line in record["stdout"].encode().splitlines(keepends=True)]
     return runner, steps, runner.on_exit(record["stderr"])
@@ -200,11 +199,10 @@ def run_oneshot(name: str, **task_fields) -> tuple[HermesOneShotRunner, list[Ste
 
 def test_oneshot_argv(settings):
     settings.BRIDGE_HERMES_BIN = "/opt/hermes"
-    task = Task(
+    task = RunSpec(
         agent="hermes",
         prompt="do it",
         cwd="/tmp/w",
-        timeout_s=60,
         permission_mode=PermissionMode.BYPASS,
         resume_session_id="20261130_051707_5fa257",
         options={"max_turns": 5, "model": "m", "skills": ["a", "b"], "toolsets": ["file", "terminal"]},
@@ -232,7 +230,7 @@ def test_oneshot_argv(settings):
         "tool",
     ]
     assert not runner.uses_stdin
-    plain = HermesOneShotRunner(Task(agent="hermes", prompt="x", cwd="/tmp/w", timeout_s=60)).argv()
+    plain = HermesOneShotRunner(RunSpec(agent="hermes", prompt="x", cwd="/tmp/w")).argv()
     assert "--yolo" not in plain and "--resume" not in plain and "90" in plain
 
 
@@ -273,7 +271,7 @@ def test_oneshot_failures_carry_their_words(name, words):
 
 
 def test_mode_setting_and_auto(settings, tmp_path):
-    task = Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60)
+    task = RunSpec(agent="hermes", prompt="p", cwd="/tmp/w")
     settings.BRIDGE_HERMES_MODE = "oneshot"
     assert hermes_mode(task) == "oneshot"
     settings.BRIDGE_HERMES_MODE = "acp"
@@ -296,8 +294,8 @@ def test_auto_picks_acp_when_the_extra_is_installed(settings):
     assert acp_installed(str(DEFAULT_HERMES_BIN))
     settings.BRIDGE_HERMES_MODE = "auto"
     settings.BRIDGE_HERMES_BIN = str(DEFAULT_HERMES_BIN)
-    assert hermes_mode(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60)) == "acp"
-    with_skills = Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60, options={"skills": ["x"]})
+    assert hermes_mode(RunSpec(agent="hermes", prompt="p", cwd="/tmp/w")) == "acp"
+    with_skills = RunSpec(agent="hermes", prompt="p", cwd="/tmp/w", options={"skills": ["x"]})
     assert hermes_mode(with_skills) == "oneshot", "ACP cannot pass skills"
 
 
@@ -309,7 +307,7 @@ def test_spawn_error_names_the_hermes_setting(supervisor, settings):
 
 
 def test_acp_result_is_the_final_message_and_each_message_is_one_text_event():
-    runner = HermesAcpRunner(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60))
+    runner = HermesAcpRunner(RunSpec(agent="hermes", prompt="p", cwd="/tmp/w"))
     runner.session_id = "s"
 
     def update(update: dict) -> Step:
@@ -328,7 +326,7 @@ def test_acp_result_is_the_final_message_and_each_message_is_one_text_event():
 
 
 def test_acp_questions_the_agent_stopped_waiting_for_are_withdrawn():
-    runner = HermesAcpRunner(Task(agent="hermes", prompt="p", cwd="/tmp/w", timeout_s=60))
+    runner = HermesAcpRunner(RunSpec(agent="hermes", prompt="p", cwd="/tmp/w"))
     runner.stdin_lines()
     withdrawn = []
     for entry in transcript("perm_deny"):

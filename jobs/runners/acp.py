@@ -8,10 +8,18 @@ requests go through Bridge's PermissionRequest pipeline. A subclass names the co
 import json
 from typing import Any
 
-from jobs.actions import Outcome
-from jobs.models import PermissionRequest
-from jobs.runners.base import PermissionAsk, Runner, Step, dumps_line, json_object, plain_output
-from jobs.vocabulary import PermissionStatus, Status
+from jobs.runners.base import (
+    Decision,
+    Outcome,
+    PermissionAsk,
+    Runner,
+    RunSpec,
+    Step,
+    dumps_line,
+    json_object,
+    plain_output,
+)
+from jobs.vocabulary import Status
 
 PROTOCOL_VERSION = 1
 TOOL_TEXT_LIMIT = 64 * 1024
@@ -64,8 +72,8 @@ class AcpRunner(Runner):
 
     agent_label = "the ACP agent"
 
-    def __init__(self, task) -> None:
-        super().__init__(task)
+    def __init__(self, spec: RunSpec) -> None:
+        super().__init__(spec)
         self.next_id = 1
         self.calls: dict[int, str] = {}  # our request id -> method
         self.session_id = ""
@@ -86,7 +94,7 @@ class AcpRunner(Runner):
 
     def session_setup(self) -> list[tuple[str, dict]]:
         """Calls made once the session exists, before the prompt: the task's model, if it names one."""
-        model = (self.task.options or {}).get("model")
+        model = self.spec.options.get("model")
         if model:
             return [("session/set_model", {"sessionId": self.session_id, "modelId": str(model)})]
         return []
@@ -104,7 +112,7 @@ class AcpRunner(Runner):
 
     def _prompt(self) -> bytes:
         return self._call(
-            "session/prompt", {"sessionId": self.session_id, "prompt": [{"type": "text", "text": self.task.prompt}]}
+            "session/prompt", {"sessionId": self.session_id, "prompt": [{"type": "text", "text": self.spec.prompt}]}
         )
 
     # --- reading --------------------------------------------------------------------------------------------
@@ -139,8 +147,8 @@ class AcpRunner(Runner):
     def _on_initialized(self, result: dict) -> Step:
         capabilities = result.get("agentCapabilities") or {}
         data = {"agent": result.get("agentInfo"), "protocolVersion": result.get("protocolVersion")}
-        resume_id = self.task.resume_session_id
-        cwd = str(self.task.cwd)
+        resume_id = self.spec.resume_session_id
+        cwd = self.spec.cwd
         if resume_id:
             if not capabilities.get("loadSession"):
                 return self._fail(f"{self.agent_label} cannot resume sessions (no loadSession capability)")
@@ -155,10 +163,10 @@ class AcpRunner(Runner):
         if method == "session/load":
             if not result:  # Hermes 0.19 answers an unknown session id with {} instead of an error
                 return self._fail(
-                    f"{self.agent_label} has no session {self.task.resume_session_id!r} to resume "
+                    f"{self.agent_label} has no session {self.spec.resume_session_id!r} to resume "
                     "(session/load answered with nothing): check the id and that it is the same agent home"
                 )
-            self.session_id = self.task.resume_session_id
+            self.session_id = self.spec.resume_session_id
         else:
             self.session_id = str(result.get("sessionId") or "")
             if not self.session_id:
@@ -279,9 +287,9 @@ class AcpRunner(Runner):
         )
         return Step(asks=[ask])
 
-    def answer(self, perm: PermissionRequest) -> bytes:
+    def answer(self, decision: Decision) -> bytes:
         """allow → the offered allow_once option, anything else → its deny option (ACP cannot change the input)."""
-        return self._outcome_line(perm.request_id, perm.status == PermissionStatus.ALLOWED)
+        return self._outcome_line(decision.request_id, decision.allowed)
 
     def _outcome_line(self, bridge_id: str, allow: bool) -> bytes:
         agent_id = self.pending_asks.pop(bridge_id, json.loads(bridge_id))

@@ -1,25 +1,26 @@
 """What the supervisor needs from an executor's protocol: one Runner subclass per agent.
 
 A runner only translates: it builds the argv, turns each stdout line into events and permission questions,
-and turns decisions back into lines. Processes, limits, the database and the clock belong to the supervisor.
+and turns decisions back into lines. Processes, limits, the database and the clock belong to the supervisor, so a
+runner sees plain data only (RunSpec in, Step and Outcome out, Decision in) and never imports the models.
 """
 
 import json
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 
-from jobs.actions import Outcome
-from jobs.models import PermissionRequest, Task
+from jobs.vocabulary import Agent, PermissionMode, PermissionStatus
 
 ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "TZ", "SHELL", "TERM")
 ENV_PREFIXES = ("LC_", "ANTHROPIC_", "CLAUDE_", "DISABLE_", "HERMES_")
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The allow-listed environment a child inherits: never Bridge's own secrets (DESIGN.md principle 6)."""
+    """The allow-listed environment a child inherits: never Bridge's own secrets (docs/architecture.md principle 6)."""
     passed = set(ENV_NAMES) | set(settings.BRIDGE_PASS_ENV)
     env = {name: value for name, value in os.environ.items() if name in passed or name.startswith(ENV_PREFIXES)}
     env.update(extra or {})
@@ -42,6 +43,44 @@ def json_object(line: bytes) -> dict | None:
 
 def plain_output(line: bytes) -> "Step":
     return Step(events=[("stdout", {"text": line.decode(errors="replace").rstrip("\n")})])
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """What a runner needs to know about its task, copied from the task row before the run starts."""
+
+    prompt: str
+    cwd: str
+    agent: str = Agent.CLAUDE  # an Agent value
+    permission_mode: str = PermissionMode.APPROVE  # a PermissionMode value
+    options: dict[str, Any] = field(default_factory=dict)
+    resume_session_id: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """The answer to one PermissionAsk, to pass back to the agent."""
+
+    request_id: str
+    status: str  # a PermissionStatus value: allowed, or denied / expired (both a deny to the agent)
+    tool_input: dict = field(default_factory=dict)  # what the agent asked to run
+    updated_input: dict | None = None  # the decider's edit of tool_input, if any
+    message: str = ""  # why, for a deny
+
+    @property
+    def allowed(self) -> bool:
+        return self.status == PermissionStatus.ALLOWED
+
+
+@dataclass
+class Outcome:
+    """How a run ended, as the runner and supervisor saw it."""
+
+    status: str
+    exit_code: int | None = None
+    result: str = ""
+    error: str = ""
+    usage: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -71,8 +110,8 @@ class Runner(ABC):
     executable_setting = ""  # the setting that names the executable, for messages when it cannot be started
     uses_stdin = True  # False: the child gets /dev/null (nothing to say after argv)
 
-    def __init__(self, task: Task) -> None:
-        self.task = task
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
 
     @abstractmethod
     def argv(self) -> list[str]: ...
@@ -92,7 +131,7 @@ class Runner(ABC):
         return Step()
 
     @abstractmethod
-    def answer(self, perm: PermissionRequest) -> bytes:
+    def answer(self, decision: Decision) -> bytes:
         """The line that tells the child this decision."""
 
     def stop_lines(self) -> list[bytes]:

@@ -1,4 +1,7 @@
-"""Claude Code CLI over stream-json, with permission questions relayed on stdio (DESIGN.md, "Claude Code")."""
+"""Claude Code CLI over stream-json, with permission questions relayed on stdio.
+
+See docs/architecture.md, "Claude Code".
+"""
 
 import json
 import re
@@ -6,10 +9,18 @@ import uuid
 
 from django.conf import settings
 
-from jobs.actions import Outcome
-from jobs.models import PermissionRequest
-from jobs.runners.base import PermissionAsk, Runner, Step, dumps_line, json_object, plain_output
-from jobs.vocabulary import PermissionMode, PermissionStatus, Status
+from jobs.runners.base import (
+    Decision,
+    Outcome,
+    PermissionAsk,
+    Runner,
+    RunSpec,
+    Step,
+    dumps_line,
+    json_object,
+    plain_output,
+)
+from jobs.vocabulary import PermissionMode, Status
 
 REQUEST_ID_RE = re.compile(rb'"request_id"\s*:\s*"([^"]{1,200})"')
 TOOL_RESULT_TEXT_LIMIT = 64 * 1024
@@ -47,14 +58,14 @@ def _tool_result_text(content: object) -> str:
 class ClaudeRunner(Runner):
     executable_setting = "BRIDGE_CLAUDE_BIN"
 
-    def __init__(self, task) -> None:
-        super().__init__(task)
+    def __init__(self, spec: RunSpec) -> None:
+        super().__init__(spec)
         self.result: dict | None = None
         self.counted_messages: set[str] = set()
         self.partial_message_id = ""
 
     def argv(self) -> list[str]:
-        options = self.task.options or {}
+        options = self.spec.options
         argv = [
             settings.BRIDGE_CLAUDE_BIN,
             "-p",
@@ -64,7 +75,7 @@ class ClaudeRunner(Runner):
             "stream-json",
             "--verbose",
         ]
-        if self.task.permission_mode == PermissionMode.SKIP:
+        if self.spec.permission_mode == PermissionMode.SKIP:
             argv.append("--dangerously-skip-permissions")
         else:
             argv += ["--permission-prompt-tool", "stdio"]
@@ -76,12 +87,12 @@ class ClaudeRunner(Runner):
             argv += ["--max-turns", str(int(options["max_turns"]))]
         if options.get("allowed_tools"):
             argv += ["--allowedTools", ",".join(options["allowed_tools"])]
-        if self.task.resume_session_id:
-            argv += ["--resume", self.task.resume_session_id]
+        if self.spec.resume_session_id:
+            argv += ["--resume", self.spec.resume_session_id]
         return argv
 
     def stdin_lines(self) -> list[bytes]:
-        return [user_line(self.task.prompt)]
+        return [user_line(self.spec.prompt)]
 
     def on_line(self, line: bytes) -> Step:
         message = json_object(line)
@@ -211,11 +222,13 @@ class ClaudeRunner(Runner):
             return Step(replies=[reply])
         return Step()
 
-    def answer(self, perm: PermissionRequest) -> bytes:
-        if perm.status == PermissionStatus.ALLOWED:
-            updated = perm.updated_input if perm.updated_input is not None else perm.input
-            return control_response(perm.request_id, {"behavior": "allow", "updatedInput": updated})
-        return control_response(perm.request_id, {"behavior": "deny", "message": perm.message, "interrupt": False})
+    def answer(self, decision: Decision) -> bytes:
+        if decision.allowed:
+            updated = decision.updated_input if decision.updated_input is not None else decision.tool_input
+            return control_response(decision.request_id, {"behavior": "allow", "updatedInput": updated})
+        return control_response(
+            decision.request_id, {"behavior": "deny", "message": decision.message, "interrupt": False}
+        )
 
     def stop_lines(self) -> list[bytes]:
         """The CLI's interrupt: it withdraws pending permission requests and ends the turn with a result."""

@@ -1,19 +1,17 @@
-"""Hermes Agent (DESIGN.md, "Hermes Agent"): ACP mode when it is installed, one-shot `hermes chat -q` otherwise.
+"""Hermes Agent: ACP mode when it is installed, one-shot `hermes chat -q` otherwise.
 
 BRIDGE_HERMES_MODE picks: `acp`, `oneshot`, or `auto` — ACP when the `acp` package is installed next to the
 executable, unless the task asks for skills, toolsets or max_turns, which only one-shot mode can pass (Hermes 0.19's
-ACP server takes no such settings).
+ACP server takes no such settings). See docs/architecture.md, "Hermes Agent".
 """
 
 import re
 
 from django.conf import settings
 
-from jobs.actions import Outcome
 from jobs.hermes_skills import acp_installed
-from jobs.models import PermissionRequest, Task
 from jobs.runners.acp import AcpRunner
-from jobs.runners.base import Runner, Step
+from jobs.runners.base import Decision, Outcome, Runner, RunSpec, Step
 from jobs.vocabulary import PermissionMode, Status
 
 SESSION_ID_RE = re.compile(r"^session_id:\s*(\S+)\s*$", re.MULTILINE)
@@ -21,13 +19,12 @@ DEFAULT_MAX_TURNS = 90  # Hermes' own default
 ONESHOT_ONLY_OPTIONS = ("skills", "toolsets", "max_turns")
 
 
-def hermes_mode(task: Task) -> str:
+def hermes_mode(spec: RunSpec) -> str:
     """`acp` or `oneshot` for this task, from BRIDGE_HERMES_MODE and what is installed."""
     mode = settings.BRIDGE_HERMES_MODE
     if mode in ("acp", "oneshot"):
         return mode
-    options = task.options or {}
-    if any(options.get(name) for name in ONESHOT_ONLY_OPTIONS):
+    if any(spec.options.get(name) for name in ONESHOT_ONLY_OPTIONS):
         return "oneshot"
     return "acp" if acp_installed(settings.BRIDGE_HERMES_BIN) else "oneshot"
 
@@ -44,14 +41,14 @@ class HermesAcpRunner(AcpRunner):
     def session_setup(self) -> list[tuple[str, dict]]:
         """skip_permissions: Hermes' `dont_ask` mode applies edits without asking (dangerous commands still ask)."""
         calls = super().session_setup()
-        if self.task.permission_mode == PermissionMode.SKIP:
+        if self.spec.permission_mode == PermissionMode.SKIP:
             calls.append(("session/set_mode", {"sessionId": self.session_id, "modeId": "dont_ask"}))
         return calls
 
     def _on_initialized(self, result: dict) -> Step:
         """BRIDGE_HERMES_MODE=acp with options only one-shot can pass: run anyway, and say what was left out."""
         step = super()._on_initialized(result)
-        options = self.task.options or {}
+        options = self.spec.options
         ignored = {name: options[name] for name in ONESHOT_ONLY_OPTIONS if options.get(name)}
         if ignored:
             reason = "Hermes' ACP mode cannot pass these; BRIDGE_HERMES_MODE=auto runs such tasks in one-shot mode"
@@ -65,24 +62,24 @@ class HermesOneShotRunner(Runner):
     executable_setting = "BRIDGE_HERMES_BIN"
     uses_stdin = False
 
-    def __init__(self, task: Task) -> None:
-        super().__init__(task)
+    def __init__(self, spec: RunSpec) -> None:
+        super().__init__(spec)
         self.lines: list[str] = []
 
     def argv(self) -> list[str]:
-        options = self.task.options or {}
+        options = self.spec.options
         max_turns = int(options.get("max_turns") or DEFAULT_MAX_TURNS)
         # --query=TEXT, not -q TEXT: a task that starts with "-" must not read as a flag.
-        argv = [settings.BRIDGE_HERMES_BIN, "chat", f"--query={self.task.prompt}", "-Q", "--max-turns", str(max_turns)]
-        if self.task.resume_session_id:
-            argv += ["--resume", self.task.resume_session_id]
+        argv = [settings.BRIDGE_HERMES_BIN, "chat", f"--query={self.spec.prompt}", "-Q", "--max-turns", str(max_turns)]
+        if self.spec.resume_session_id:
+            argv += ["--resume", self.spec.resume_session_id]
         if options.get("model"):
             argv += ["--model", str(options["model"])]
         for skill in options.get("skills") or []:
             argv += ["-s", str(skill)]
         if options.get("toolsets"):
             argv += ["-t", ",".join(str(t) for t in options["toolsets"])]
-        if self.task.permission_mode in (PermissionMode.BYPASS, PermissionMode.SKIP):
+        if self.spec.permission_mode in (PermissionMode.BYPASS, PermissionMode.SKIP):
             argv.append("--yolo")  # no TTY to ask on: without it, dangerous commands are denied after 60 s
         argv += ["--source", "tool"]
         return argv
@@ -96,7 +93,7 @@ class HermesOneShotRunner(Runner):
         match = SESSION_ID_RE.findall(stderr_tail)
         return Step(session_id=match[-1] if match else None)
 
-    def answer(self, perm: PermissionRequest) -> bytes:
+    def answer(self, decision: Decision) -> bytes:
         raise NotImplementedError("one-shot Hermes never asks: it has no channel for permission questions")
 
     def outcome(self, exit_code: int, stderr_tail: str) -> Outcome:
@@ -108,5 +105,5 @@ class HermesOneShotRunner(Runner):
         return Outcome(Status.FAILED, exit_code=exit_code, result=text, error=error)
 
 
-def hermes_runner(task: Task) -> Runner:
-    return HermesAcpRunner(task) if hermes_mode(task) == "acp" else HermesOneShotRunner(task)
+def hermes_runner(spec: RunSpec) -> Runner:
+    return HermesAcpRunner(spec) if hermes_mode(spec) == "acp" else HermesOneShotRunner(spec)
