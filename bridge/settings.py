@@ -110,7 +110,7 @@ TEMPLATES = [
     },
 ]
 
-# SQLite options that hold up with a web process and a worker writing at once (see DESIGN.md).
+# SQLite options that hold up with a web process and a worker writing at once (docs/architecture.md, "Process model").
 SQLITE_OPTIONS = {
     "timeout": 20,
     "transaction_mode": "IMMEDIATE",

@@ -1,7 +1,7 @@
 """History in the Django admin: search, filter and read every task, its transcript and its permission decisions.
 
-Rows change only through jobs.actions (DESIGN.md principle 3), so the admin is read-only except for actions that
-call it: cancelling a task, creating (shown once) and revoking API tokens.
+Rows change only through jobs.actions (docs/architecture.md, "Principles" 2), so the admin is read-only except for
+actions that call it: cancelling a task, creating (shown once) and revoking API tokens.
 """
 
 from django.contrib import admin, messages
@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
-from jobs import actions, auth
+from jobs import actions
 from jobs.errors import BridgeError
 from jobs.models import AgentSession, ApiToken, PermissionRequest, Task, TaskEvent, Worker
 
@@ -134,7 +134,7 @@ class WorkerAdmin(ReadOnlyAdmin):
 
 @admin.action(description="Revoke selected tokens")
 def revoke_tokens(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
-    revoked = auth.revoke_tokens(queryset)
+    revoked = actions.revoke_tokens(queryset)
     modeladmin.message_user(request, f"revoked {revoked} token(s)", messages.SUCCESS)
 
 
@@ -156,6 +156,6 @@ class ApiTokenAdmin(admin.ModelAdmin):
         """A new token is made by jobs.auth (hashed) and its plain text is shown here, once."""
         if change:
             return
-        row, token = auth.create_token(obj.name)
+        row, token = actions.create_token(obj.name)
         obj.pk, obj.prefix, obj.hash, obj.created_at = row.pk, row.prefix, row.hash, row.created_at
         self.message_user(request, f"Token {row.name!r} created. Copy it now, it is not shown again: {token}")

@@ -10,7 +10,7 @@ from ninja.utils import check_csrf
 from pydantic import ConfigDict
 
 from jobs import actions, auth
-from jobs.errors import BridgeError
+from jobs.errors import BridgeError, InvalidInput
 from jobs.models import PermissionRequest, Task
 from jobs.vocabulary import Status
 
@@ -39,13 +39,14 @@ api = NinjaAPI(
 )
 
 
-def error_response(request: HttpRequest, message: str, http_status: int, extra: dict | None = None) -> HttpResponse:
-    return api.create_response(request, {"error": message, **(extra or {})}, status=http_status)
+def error_response(request: HttpRequest, exc: BridgeError) -> HttpResponse:
+    """The REST API's one error shape: {"error": message, "code": code, …detail}, with the refusal's status."""
+    return api.create_response(request, exc.as_dict(), status=exc.http_status)
 
 
 @api.exception_handler(BridgeError)
 def on_bridge_error(request: HttpRequest, exc: BridgeError) -> HttpResponse:
-    return error_response(request, exc.message, exc.http_status, exc.detail)
+    return error_response(request, exc)
 
 
 @api.exception_handler(AuthenticationError)
@@ -55,10 +56,10 @@ def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpRespons
 
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    message = str(exc)
+    message, code = str(exc), "bad_request"
     if message == "Cannot parse request body":
-        message = "the request body is not valid JSON"
-    return error_response(request, message, exc.status_code)
+        message, code = "the request body is not valid JSON", "invalid_json"
+    return error_response(request, BridgeError(message, code=code, http_status=exc.status_code))
 
 
 @api.exception_handler(ValidationError)
@@ -67,7 +68,8 @@ def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespo
     for err in exc.errors:
         where = ".".join(str(part) for part in err.get("loc", ()) if part not in ("body", "payload", "query"))
         problems.append(f"{where or 'request'}: {err.get('msg', 'invalid')}")
-    return error_response(request, "invalid request: " + "; ".join(problems), 422, {"detail": exc.errors})
+    message = "invalid request: " + "; ".join(problems)
+    return error_response(request, InvalidInput(message, code="invalid_request", http_status=422, detail=exc.errors))
 
 
 class Strict(Schema):

@@ -1,53 +1,35 @@
-"""API tokens: 256 random bits, shown once, stored as SHA-256, checked in constant time."""
+"""Who is calling: a bearer token (checked in constant time) or a logged-in user, for every interface.
+
+Tokens are made and revoked in jobs.actions.tokens; this module only reads them.
+"""
 
 import base64
 import binascii
-import hashlib
 import hmac
-import secrets
 from collections.abc import Callable
-from datetime import timedelta
 from functools import wraps
 
-from django.db.models import QuerySet
+from django.contrib.auth.tokens import default_token_generator
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.utils import timezone
+from django.urls import reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 
+from jobs import actions
+from jobs.actions.tokens import PREFIX_LEN, TOKEN_PREFIX, token_digest
 from jobs.models import ApiToken
-
-TOKEN_PREFIX = "brg_"
-PREFIX_LEN = len(TOKEN_PREFIX) + 8
-LAST_USED_RESOLUTION = timedelta(minutes=1)
-
-
-def _digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def create_token(name: str) -> tuple[ApiToken, str]:
-    """Make a token; the plain text is returned once and never stored."""
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken.objects.create(name=name, prefix=token[:PREFIX_LEN], hash=_digest(token))
-    return row, token
-
-
-def revoke_tokens(tokens: QuerySet) -> int:
-    """Stop these tokens from working (the rows stay, for the record); returns how many were still active."""
-    return tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 
 def verify_token(token: str) -> ApiToken | None:
     if not token.startswith(TOKEN_PREFIX) or len(token) < PREFIX_LEN + 16:
         return None
-    digest = _digest(token)
+    digest = token_digest(token)
     match = None
     for row in ApiToken.objects.filter(prefix=token[:PREFIX_LEN], revoked_at__isnull=True):
         if hmac.compare_digest(row.hash, digest):
             match = row
-    now = timezone.now()
-    if match is not None and (match.last_used_at is None or now - match.last_used_at > LAST_USED_RESOLUTION):
-        # At most one write a minute per token: every request reads a token, and on SQLite a write takes the lock.
-        ApiToken.objects.filter(pk=match.pk).update(last_used_at=now)
+    if match is not None:
+        actions.mark_token_used(match)
     return match
 
 
@@ -87,7 +69,8 @@ def unauthorized() -> JsonResponse:
     response = JsonResponse(
         {
             "error": "authentication required: send 'Authorization: Bearer <token>' (make a token with "
-            "'python manage.py token create NAME') or log in"
+            "'python manage.py token create NAME') or log in",
+            "code": "unauthenticated",
         },
         status=401,
     )
@@ -105,3 +88,9 @@ def token_or_login_required(view: Callable[..., HttpResponse]) -> Callable[..., 
         return view(request, *args, **kwargs)
 
     return wrapper
+
+
+def login_link_path(user) -> str:
+    """A path that logs `user` in once: the token covers last_login, which logging in changes."""
+    uid = urlsafe_base64_encode(force_bytes(user.pk))
+    return reverse("login-link", args=[uid, default_token_generator.make_token(user)])

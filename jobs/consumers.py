@@ -2,8 +2,8 @@
 
 A client says which seq (or list cursor) it saw last and gets everything after it from the database, then live
 news. Doorbell rings (in-process, or through the channel layer from another process) only wake the reader
-(DESIGN.md principle 1): a dropped one costs latency, never an event, because each reader also looks again after
-BRIDGE_POLL_S.
+(docs/architecture.md, "Principles" 1): a dropped one costs latency, never an event, because each reader also looks
+again after BRIDGE_POLL_S.
 """
 
 import asyncio
@@ -19,9 +19,8 @@ from django.http.request import split_domain_port, validate_host
 from django.template.loader import render_to_string
 
 from jobs import actions, auth, doorbell
-from jobs.errors import BridgeError
+from jobs.errors import BridgeError, Unauthenticated
 from jobs.models import Task, TaskEvent
-from jobs.views import with_pending_count
 from jobs.vocabulary import TERMINAL_STATUSES
 
 EVENT_BATCH = 500
@@ -54,19 +53,19 @@ def same_origin(origin: str, host: str) -> bool:
     return parsed.scheme in ("http", "https") and bool(host) and parsed.netloc == host
 
 
-def who_is_calling(scope: dict) -> str | None:
+def check_caller(scope: dict) -> str:
     """A token (programs) or the logged-in session (browsers), as auth.identify decides for every interface."""
     header = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin1")
-    return auth.identify(header, scope.get("user"))
+    caller = auth.identify(header, scope.get("user"))
+    if caller is None:
+        raise Unauthenticated("authentication required: log in, or send 'Authorization: Bearer <token>'")
+    return caller
 
 
-def parse_since(scope: dict) -> int | None:
-    """The `since` query parameter (0 when absent); None when it is malformed."""
+def parse_since(scope: dict, meaning: str) -> int:
+    """The `since` query parameter (0 when absent), or InvalidInput saying what it should be."""
     raw = parse_qs(scope.get("query_string", b"").decode()).get("since", ["0"])[-1]
-    try:
-        return actions.parse_seq(raw)
-    except BridgeError:
-        return None
+    return actions.parse_seq(raw, "since", meaning)
 
 
 def task_state(task: Task) -> dict:
@@ -94,11 +93,22 @@ class BridgeConsumer(AsyncJsonWebsocketConsumer):
 
     key = ""
 
-    async def refuse(self, message: str, code: int) -> None:
-        """Accept only to say why in words, then close with an application code (4400, 4401, 4404)."""
-        await self.accept()
-        await self.send_json({"type": "error", "message": message})
-        await self.close(code=code)
+    async def connect(self) -> None:
+        """The websockets' one error path: a refusal is accepted only to say why in words and with its code, then
+        closed with 4000 + its HTTP status (4400, 4401, 4404)."""
+        try:
+            await database_sync_to_async(check_caller)(self.scope)
+            await self.open()
+        except BridgeError as exc:
+            await self.accept()
+            await self.send_json({"type": "error", "message": exc.message, "code": exc.code})
+            await self.close(code=4000 + exc.http_status)
+            return
+        await self.accept_and_pump()
+
+    async def open(self) -> None:
+        """Read what the client asked for; raise BridgeError to refuse."""
+        raise NotImplementedError
 
     async def accept_and_pump(self) -> None:
         """Listen before accepting: once a client sees the socket open, no later news can slip past it."""
@@ -125,18 +135,10 @@ class BridgeConsumer(AsyncJsonWebsocketConsumer):
 class TaskEventsConsumer(BridgeConsumer):
     """/ws/tasks/<task_id>/?since=N — the task's events after seq N, then live ones, then `end`."""
 
-    async def connect(self) -> None:
-        self.since = parse_since(self.scope)
-        if await database_sync_to_async(who_is_calling)(self.scope) is None:
-            return await self.refuse("authentication required: log in, or send 'Authorization: Bearer <token>'", 4401)
-        if self.since is None:
-            return await self.refuse("since must be a whole number >= 0 (the last seq you saw)", 4400)
-        try:
-            self.task = await database_sync_to_async(actions.get_task)(self.scope["url_route"]["kwargs"]["task_id"])
-        except BridgeError as exc:
-            return await self.refuse(exc.message, 4000 + exc.http_status)
+    async def open(self) -> None:
+        self.since = parse_since(self.scope, "the last seq you saw")
+        self.task = await database_sync_to_async(actions.get_task)(self.scope["url_route"]["kwargs"]["task_id"])
         self.key = str(self.task.public_id)
-        await self.accept_and_pump()
 
     @database_sync_to_async
     def read_after(self) -> tuple[dict, list[dict]]:
@@ -166,13 +168,8 @@ class TaskListConsumer(BridgeConsumer):
 
     key = doorbell.TASKS
 
-    async def connect(self) -> None:
-        self.cursor = parse_since(self.scope)
-        if await database_sync_to_async(who_is_calling)(self.scope) is None:
-            return await self.refuse("authentication required: log in, or send 'Authorization: Bearer <token>'", 4401)
-        if self.cursor is None:
-            return await self.refuse("since must be a whole number >= 0 (the list cursor you saw)", 4400)
-        await self.accept_and_pump()
+    async def open(self) -> None:
+        self.cursor = parse_since(self.scope, "the list cursor you saw")
 
     @database_sync_to_async
     def read_changes(self) -> dict | None:
@@ -181,7 +178,7 @@ class TaskListConsumer(BridgeConsumer):
         if latest is None or latest <= self.cursor:
             return None
         task_ids = set(newer.values_list("task_id", flat=True).distinct())
-        tasks = with_pending_count(Task.objects.filter(pk__in=task_ids)).order_by("-created_at")
+        tasks = Task.objects.filter(pk__in=task_ids).with_pending_count().newest_first()
         rows = [
             {"id": str(task.public_id), "status": task.status, "agent": task.agent, "html": render_row(task)}
             for task in tasks

@@ -1,4 +1,4 @@
-"""The doorbell: "there is news about key K" (DESIGN.md principle 1).
+"""The doorbell: "there is news about key K" (docs/architecture.md, "Principles" 1).
 
 A ring carries no data: whoever wakes reads the database. Rings are sent after the transaction that wrote the
 news commits, so a woken reader always finds it. A missed ring costs latency only, because every waiter also

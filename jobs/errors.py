@@ -6,17 +6,19 @@ Each carries a message for people (what, why, what to do), an HTTP status for RE
 
 
 class BridgeError(Exception):
-    """A request Bridge refuses. `code` defaults to the class's; a raise site may name a more precise one."""
+    """A request Bridge refuses. `code` and `http_status` default to the class's; a raise site may be more precise."""
 
     http_status = 400
     code = "invalid_input"
 
-    def __init__(self, message: str, *, code: str | None = None, **detail: object) -> None:
+    def __init__(self, message: str, *, code: str | None = None, http_status: int | None = None, **detail: object):
         super().__init__(message)
         self.message = message
         self.detail = detail
         if code is not None:
             self.code = code
+        if http_status is not None:
+            self.http_status = http_status
 
     def as_dict(self) -> dict:
         """The JSON body every adapter sends: {"error": message, "code": code, **detail}."""
@@ -26,6 +28,11 @@ class BridgeError(Exception):
 class InvalidInput(BridgeError):
     http_status = 400
     code = "invalid_input"
+
+
+class Unauthenticated(BridgeError):
+    http_status = 401
+    code = "unauthenticated"
 
 
 class Refused(BridgeError):

@@ -1,11 +1,14 @@
-"""Bridge's data: the database is the truth (DESIGN.md, principle 1).
+"""Bridge's data: the database is the truth (docs/architecture.md, "Principles").
 
-Rows are changed only through `jobs.actions`; everything else reads them.
+Rows are changed only through `jobs.actions`; everything else reads them, through the named QuerySet methods here
+when a read recurs.
 """
 
 import uuid
+from datetime import timedelta
 
 from django.db import models
+from django.utils import timezone
 
 from jobs.vocabulary import (
     TERMINAL_STATUSES,
@@ -19,6 +22,58 @@ from jobs.vocabulary import (
 )
 
 
+class TaskQuerySet(models.QuerySet):
+    """The task reads every interface shares, so each list sorts and filters the same way."""
+
+    def newest_first(self) -> "TaskQuerySet":
+        return self.order_by("-created_at", "-id")
+
+    def queued_in_order(self) -> "TaskQuerySet":
+        """The queue, first come first served."""
+        return self.filter(status=Status.QUEUED).order_by("created_at", "id")
+
+    def running(self) -> "TaskQuerySet":
+        return self.filter(status=Status.RUNNING)
+
+    def active(self) -> "TaskQuerySet":
+        """Queued or running: not ended yet."""
+        return self.filter(status__in=(Status.QUEUED, Status.RUNNING))
+
+    def with_pending_count(self) -> "TaskQuerySet":
+        """Annotated with how many of each task's permission requests wait for an answer (the dashboard badge)."""
+        pending = models.Q(permission_requests__status=PermissionStatus.PENDING)
+        return self.annotate(pending_count=models.Count("permission_requests", filter=pending))
+
+
+class PermissionRequestQuerySet(models.QuerySet):
+    def pending(self) -> "PermissionRequestQuerySet":
+        """Waiting for an answer."""
+        return self.filter(status=PermissionStatus.PENDING)
+
+    def oldest_first(self) -> "PermissionRequestQuerySet":
+        return self.order_by("created_at", "id")
+
+    def undelivered(self) -> "PermissionRequestQuerySet":
+        """Answered, but the executor has not been told yet, in the order they were decided."""
+        decided = (PermissionStatus.ALLOWED, PermissionStatus.DENIED, PermissionStatus.EXPIRED)
+        return self.filter(delivered_at__isnull=True, status__in=decided).order_by("decided_at", "id")
+
+
+class TaskEventQuerySet(models.QuerySet):
+    def after(self, seq: int) -> "TaskEventQuerySet":
+        """The transcript after the seq a reader saw last, in order."""
+        return self.filter(seq__gt=seq).order_by("seq")
+
+    def newest_first(self) -> "TaskEventQuerySet":
+        return self.order_by("-seq")
+
+
+class WorkerQuerySet(models.QuerySet):
+    def live(self, stale_after: timedelta) -> "WorkerQuerySet":
+        """Supervisors that have not stopped and whose heartbeat is fresher than `stale_after`."""
+        return self.filter(stopped_at__isnull=True, heartbeat_at__gte=timezone.now() - stale_after)
+
+
 class Worker(models.Model):
     """One supervisor process; its heartbeat tells peers whether it is alive."""
 
@@ -30,6 +85,8 @@ class Worker(models.Model):
     started_at = models.DateTimeField(auto_now_add=True)
     heartbeat_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkerQuerySet.as_manager()
 
     def __str__(self) -> str:
         return self.name
@@ -86,6 +143,8 @@ class Task(models.Model):
     cancel_reason = models.TextField(blank=True)
     last_seq = models.IntegerField(default=0)
 
+    objects = TaskQuerySet.as_manager()
+
     class Meta:
         indexes = [models.Index(fields=["status", "created_at"], name="task_queue_order")]
 
@@ -105,6 +164,8 @@ class TaskEvent(models.Model):
     kind = models.CharField(max_length=40)
     data = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TaskEventQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "seq"], name="unique_task_seq")]
@@ -133,6 +194,8 @@ class PermissionRequest(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+
+    objects = PermissionRequestQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "request_id"], name="unique_task_request")]

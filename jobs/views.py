@@ -5,7 +5,8 @@ Pages are thin adapters: every button calls the same jobs.actions function as th
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from functools import wraps
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -15,19 +16,18 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.tokens import default_token_generator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Max
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.encoding import force_bytes
-from django.utils.http import urlsafe_base64_decode, urlsafe_base64_encode
+from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_GET, require_POST
 
 from jobs import actions, auth, doorbell, reports
-from jobs.errors import BridgeError
+from jobs.errors import BridgeError, InvalidInput
 from jobs.forms import DecisionForm, FollowUpForm, NewTaskForm
 from jobs.models import Task, TaskEvent
-from jobs.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, PermissionStatus, Source, Status, choices
+from jobs.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, Source, Status, choices
 
 SSE_BATCH = 500
 
@@ -83,30 +83,54 @@ async def _stream(task: Task, since: int) -> AsyncIterator[bytes]:
         waiter.close()
 
 
-def _error(message: str, status: int) -> JsonResponse:
-    return JsonResponse({"error": message}, status=status)
+def json_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """The JSON endpoints' one error path: a refusal becomes {"error", "code", …} with its HTTP status."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except BridgeError as exc:
+            return JsonResponse(exc.as_dict(), status=exc.http_status)
+
+    return wrapper
 
 
-def _open_stream(request: HttpRequest) -> tuple[Task | None, int, JsonResponse | None]:
+def page_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """The pages' one error path: a refused button press is shown as a message on the task's page; any other
+    refusal (an unknown task, say) is the error page with the refusal's status."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except BridgeError as exc:
+            task_id = kwargs.get("task_id")
+            if request.method == "POST" and task_id and exc.code != "no_such_task":
+                messages.error(request, exc.message)
+                return redirect("task-page", task_id=task_id)
+            context = {"message": exc.message, "code": exc.code}
+            return render(request, "jobs/error.html", context, status=exc.http_status)
+
+    return wrapper
+
+
+@json_errors
+def _open_stream(request: HttpRequest) -> tuple[Task, int] | HttpResponse:
     if auth.authenticate(request) is None:
-        return None, 0, auth.unauthorized()
-    try:
-        since = actions.parse_seq(
-            request.GET.get("since") or request.headers.get("Last-Event-ID"), "since / Last-Event-ID"
-        )
-        task = actions.get_task(request.GET.get("task_id", ""))
-    except BridgeError as exc:
-        return None, 0, _error(exc.message, exc.http_status)
-    return task, since, None
+        return auth.unauthorized()
+    since = actions.parse_seq(request.GET.get("since") or request.headers.get("Last-Event-ID"), "since / Last-Event-ID")
+    return actions.get_task(request.GET.get("task_id", "")), since
 
 
 async def task_stream(request: HttpRequest) -> HttpResponse:
     """SSE: `id:` is the event's seq; resume with Last-Event-ID or ?since=; ends with an `end` event."""
     if request.method != "GET":
-        return _error("use GET", 405)
-    task, since, error = await sync_to_async(_open_stream)(request)
-    if error is not None:
-        return error
+        return JsonResponse({"error": "use GET", "code": "method_not_allowed"}, status=405)
+    opened = await sync_to_async(_open_stream)(request)
+    if isinstance(opened, HttpResponse):
+        return opened
+    task, since = opened
     response = StreamingHttpResponse(_stream(task, since), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
@@ -118,23 +142,17 @@ async def task_stream(request: HttpRequest) -> HttpResponse:
 DASHBOARD_LIMIT = 200
 
 
-def with_pending_count(tasks: QuerySet) -> QuerySet:
-    """Tasks annotated with how many of their permission requests wait for an answer (the dashboard badge)."""
-    pending = Q(permission_requests__status=PermissionStatus.PENDING)
-    return tasks.annotate(pending_count=Count("permission_requests", filter=pending))
-
-
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Every task, newest first; rows update live over /ws/tasks/ from the cursor the page was rendered at."""
     status, agent = request.GET.get("status", ""), request.GET.get("agent", "")
-    tasks = Task.objects.order_by("-created_at")
+    tasks = Task.objects.newest_first()
     if status:
         tasks = tasks.filter(status=status)
     if agent:
         tasks = tasks.filter(agent=agent)
     context = {
-        "tasks": with_pending_count(tasks)[:DASHBOARD_LIMIT],
+        "tasks": tasks.with_pending_count()[:DASHBOARD_LIMIT],
         "cursor": TaskEvent.objects.aggregate(latest=Max("pk"))["latest"] or 0,
         "pending_permissions": len(actions.pending_permissions()),
         "counts": actions.queue_counts(),
@@ -146,19 +164,11 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     return render(request, "jobs/dashboard.html", context)
 
 
-def _task_or_404(request: HttpRequest, task_id: str) -> Task | HttpResponse:
-    try:
-        return actions.get_task(task_id)
-    except BridgeError as exc:
-        return render(request, "jobs/error.html", {"message": exc.message}, status=exc.http_status)
-
-
 @login_required
+@page_errors
 def task_page(request: HttpRequest, task_id: str) -> HttpResponse:
     """The live transcript is filled in by static/bridge/task.js from /ws/tasks/<id>/ (replayed from seq 0)."""
-    task = _task_or_404(request, task_id)
-    if isinstance(task, HttpResponse):
-        return task
+    task = actions.get_task(task_id)
     context = {
         "task": task,
         "follow_up_form": FollowUpForm(),
@@ -185,7 +195,7 @@ def new_task(request: HttpRequest) -> HttpResponse:
         )
         try:
             task = actions.create_task(spec)
-        except BridgeError as exc:
+        except BridgeError as exc:  # shown on the form, with what was typed kept
             form.add_error(None, exc.message)
         else:
             messages.success(request, "Task queued.")
@@ -196,65 +206,50 @@ def new_task(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
+@page_errors
 def cancel_task(request: HttpRequest, task_id: str) -> HttpResponse:
-    task = _task_or_404(request, task_id)
-    if isinstance(task, HttpResponse):
-        return task
+    task = actions.get_task(task_id)
     who = auth.authenticate(request) or ""
-    try:
-        actions.request_cancel(task, reason=f"cancelled in the browser by {who}", by=who)
-    except BridgeError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, "Cancelled." if task.is_terminal else "Cancel requested: the agent is being stopped.")
+    actions.request_cancel(task, reason=f"cancelled in the browser by {who}", by=who)
+    messages.success(request, "Cancelled." if task.is_terminal else "Cancel requested: the agent is being stopped.")
     return redirect("task-page", task_id=task.public_id)
 
 
 @login_required
 @require_POST
+@page_errors
 def follow_up(request: HttpRequest, task_id: str) -> HttpResponse:
-    task = _task_or_404(request, task_id)
-    if isinstance(task, HttpResponse):
-        return task
+    task = actions.get_task(task_id)
     form = FollowUpForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Write a follow-up prompt first.")
         return redirect("task-page", task_id=task.public_id)
     who = auth.authenticate(request) or ""
-    try:
-        new = actions.continue_task(task, form.cleaned_data["prompt"], source=Source.WEB, created_by=who)
-    except BridgeError as exc:
-        messages.error(request, exc.message)
-        return redirect("task-page", task_id=task.public_id)
+    new = actions.continue_task(task, form.cleaned_data["prompt"], source=Source.WEB, created_by=who)
     messages.success(request, f"Follow-up queued in the same agent session as task {task.public_id}.")
     return redirect("task-page", task_id=new.public_id)
 
 
 @login_required
 @require_POST
+@json_errors
 def decide(request: HttpRequest, task_id: str, request_id: str) -> JsonResponse:
     """Answer one permission card (JSON for the page's script); a card answered elsewhere gets 409 and its state."""
-    try:
-        task = actions.get_task(task_id)
-    except BridgeError as exc:
-        return JsonResponse({"error": exc.message}, status=exc.http_status)
+    task = actions.get_task(task_id)
     form = DecisionForm(request.POST)
     if not form.is_valid():
         problems = "; ".join(e for errors in form.errors.values() for e in errors)
-        return JsonResponse({"error": problems}, status=400)
+        raise InvalidInput(problems)
     data = form.cleaned_data
-    try:
-        perm = actions.decide_permission(
-            task,
-            behavior=data["behavior"],
-            request_id=request_id,
-            updated_input=data["updated_input"] if data["behavior"] == "allow" else None,
-            message=data["message"],
-            by=auth.authenticate(request) or "",
-            via=DecidedVia.WEB,
-        )
-    except BridgeError as exc:
-        return JsonResponse({"error": exc.message, **exc.detail}, status=exc.http_status)
+    perm = actions.decide_permission(
+        task,
+        behavior=data["behavior"],
+        request_id=request_id,
+        updated_input=data["updated_input"] if data["behavior"] == "allow" else None,
+        message=data["message"],
+        by=auth.authenticate(request) or "",
+        via=DecidedVia.WEB,
+    )
     return JsonResponse(actions.permission_data(perm))
 
 
@@ -273,12 +268,6 @@ def usage(request: HttpRequest) -> HttpResponse:
 
 
 # --- one-time login link ------------------------------------------------------------------------------------------
-
-
-def login_link_path(user) -> str:
-    """A path that logs `user` in once: the token covers last_login, which logging in changes."""
-    uid = urlsafe_base64_encode(force_bytes(user.pk))
-    return reverse("login-link", args=[uid, default_token_generator.make_token(user)])
 
 
 def login_with_link(request: HttpRequest, uidb64: str, token: str) -> HttpResponse:

@@ -10,7 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from jobs import actions
-from jobs.auth import create_token
+from jobs.actions import create_token
 from jobs.models import ApiToken, PermissionRequest, Task
 from jobs.vocabulary import Status
 
@@ -304,3 +304,30 @@ def test_decision_and_cancel_texts_are_bounded(api):
     cancel = api("post", "/v1/task/cancel", {"task_id": task_id, "reason": "r" * 2001})
     assert cancel.status_code == 400 and "reason is 2001 characters" in cancel.json()["error"]
     assert PermissionRequest.objects.get(task=task).status == "pending"
+
+
+def test_every_refusal_carries_a_stable_code(api, client):
+    """Clients branch on `code`, not on the wording: each kind of refusal names its own."""
+    task = running_task_with_requests(1)
+    task_id = str(task.public_id)
+    api("post", "/v1/task/permission", {"task_id": task_id, "behavior": "allow", "request_id": "r0"})
+    refusals = {
+        "no_such_task": api("get", "/v1/task", {"task_id": "6f1c-not-a-task"}),
+        "invalid_json": api("post", "/v1/task/create", "{not json"),
+        "invalid_request": api("post", "/v1/task/create", {"prompt": "hi", "surprise": 1}),
+        "invalid_input": api("post", "/v1/task/create", {"prompt": "   "}),
+        "already_decided": api(
+            "post", "/v1/task/permission", {"task_id": task_id, "behavior": "deny", "request_id": "r0"}
+        ),
+        "no_such_request": api(
+            "post", "/v1/task/permission", {"task_id": task_id, "behavior": "deny", "request_id": "x"}
+        ),
+        "nothing_pending": api("post", "/v1/task/permission", {"task_id": task_id, "behavior": "deny"}),
+        "unauthenticated": client.get("/v1/tasks"),
+    }
+    for code, response in refusals.items():
+        body = response.json()
+        assert response.status_code >= 400 and body["code"] == code and body["error"], (code, body)
+    actions.finish_task(task, status=Status.DONE)
+    ended = api("post", "/v1/task/cancel", {"task_id": task_id})
+    assert (ended.status_code, ended.json()["code"]) == (409, "task_ended")

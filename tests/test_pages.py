@@ -7,8 +7,8 @@ from django.test import Client
 from django.urls import reverse
 
 from jobs import actions
-from jobs.models import PermissionRequest, TaskEvent
-from jobs.views import login_link_path
+from jobs.auth import login_link_path
+from jobs.models import PermissionRequest, Task, TaskEvent
 from jobs.vocabulary import Source
 from tests.support import make_task
 
@@ -102,7 +102,7 @@ def test_new_task_form_queues_through_actions(work_root, browser):
         },
     )
     assert response.status_code == 302
-    [task] = actions.Task.objects.all()
+    [task] = Task.objects.all()
     assert response["Location"] == f"/tasks/{task.public_id}/"
     assert (task.source, task.created_by, task.cwd, task.timeout_s) == (
         Source.WEB,
@@ -120,7 +120,7 @@ def test_new_task_outside_the_allowed_roots_is_refused_with_the_reason(work_root
     response = browser.post("/tasks/new", fields)
     page = response.content.decode()
     assert response.status_code == 200 and "outside the allowed roots" in page
-    assert not actions.Task.objects.exists()
+    assert not Task.objects.exists()
 
 
 def test_cancel_then_cancel_again(work_root, browser):
@@ -137,14 +137,14 @@ def test_follow_up_without_an_agent_session_is_refused(work_root, browser):
     actions.request_cancel(task)
     response = browser.post(f"/tasks/{task.public_id}/follow-up", {"prompt": "and again"}, follow=True)
     assert "has no agent session to continue" in response.content.decode()
-    assert actions.Task.objects.count() == 1
+    assert Task.objects.count() == 1
 
 
 def test_follow_up_continues_the_same_session(work_root, browser):
     task = make_task("say hi", permission_mode="bypass", options={"model": "m"})
     actions.link_session(task, "sess-123")
     response = browser.post(f"/tasks/{task.public_id}/follow-up", {"prompt": "and again"})
-    new = actions.Task.objects.exclude(pk=task.pk).get()
+    new = Task.objects.exclude(pk=task.pk).get()
     assert response["Location"] == f"/tasks/{new.public_id}/"
     assert (new.resume_session_id, new.cwd, new.permission_mode, new.options) == (
         "sess-123",
@@ -207,7 +207,7 @@ def test_usage_page_sums_cost_per_day_and_directory(work_root, browser):
     (work_root / "a").mkdir()
     for cost in (0.5, 0.25):
         task = make_task("say hi", cwd=str(work_root / "a"))
-        actions.Task.objects.filter(pk=task.pk).update(cost_usd=cost, input_tokens=100, output_tokens=10)
+        Task.objects.filter(pk=task.pk).update(cost_usd=cost, input_tokens=100, output_tokens=10)
     page = browser.get(reverse("usage")).content.decode()
     assert "$0.7500" in page and str(work_root / "a") in page and "220" in page
     assert page.count('class="bar"') == 2  # one bar per chart for the one day

@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from jobs import actions
+from jobs.errors import Conflict
 from jobs.models import AgentSession, PermissionRequest, Task, TaskEvent
 from jobs.vocabulary import Status
 from tests.support import database_url, has_event, make_task, wait_for
@@ -103,7 +104,7 @@ def test_cancel_queued_task_leaves_the_queue(transactional_db, work_root):
     task = actions.request_cancel(task, reason="not needed")
     assert task.status == Status.CANCELLED and task.finished_at is not None
     assert actions.claim_next_task(actions.register_worker(1)) is None
-    with pytest.raises(actions.Conflict):
+    with pytest.raises(Conflict):
         actions.request_cancel(task)
 
 
@@ -191,7 +192,7 @@ def test_permission_allow_runs_the_tool(supervisor, work_root):
     assert (work_root / "allowed.txt").exists()
     perm.refresh_from_db()
     assert perm.delivered_at is not None and perm.decided_by == "tester"
-    with pytest.raises(actions.Conflict):
+    with pytest.raises(Conflict):
         actions.decide_permission(task, behavior="deny", request_id=perm.request_id)
 
 
@@ -251,7 +252,7 @@ def test_cancel_with_pending_permission_cancels_the_request(supervisor):
     assert task.status == Status.CANCELLED
     perm = PermissionRequest.objects.get(task=task)
     assert perm.status == "cancelled"
-    with pytest.raises(actions.Conflict):
+    with pytest.raises(Conflict):
         actions.decide_permission(task, behavior="allow")
 
 

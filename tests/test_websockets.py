@@ -15,7 +15,7 @@ from django.db import connection
 from django.test import Client
 
 from bridge.asgi import application
-from jobs import actions, auth, doorbell
+from jobs import actions, doorbell
 from tests.support import make_task, skip_or_fail
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,7 +29,7 @@ def run(coroutine_function):
 
 @pytest.fixture
 def token(transactional_db) -> str:
-    return auth.create_token("ws-test")[1]
+    return actions.create_token("ws-test")[1]
 
 
 def communicator(path: str, *headers: tuple[bytes, bytes]) -> WebsocketCommunicator:
@@ -147,6 +147,7 @@ def test_no_session_or_token_is_refused_in_words(work_root, credentials):
             assert (await ws.connect())[0]
             message = await ws.receive_json_from()
             assert message["type"] == "error" and "authentication required" in message["message"]
+            assert message["code"] == "unauthenticated"
             assert (await ws.receive_output())["code"] == 4401
 
     run(body)
@@ -207,6 +208,7 @@ def test_bad_seq_or_unknown_task_is_refused_in_words(work_root, token, path, cod
         assert (await ws.connect())[0]
         message = await ws.receive_json_from()
         assert message["type"] == "error" and words in message["message"], message
+        assert message["code"] == {4400: "invalid_input", 4404: "no_such_task"}[code]
         assert (await ws.receive_output())["code"] == code
 
     run(body)

@@ -16,8 +16,8 @@ from django.core.management.base import BaseCommand, CommandError
 from twisted.internet import reactor
 
 from bridge.asgi import application
+from jobs.auth import login_link_path
 from jobs.supervisor import Supervisor
-from jobs.views import login_link_path
 
 log = logging.getLogger("jobs")
 

@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.auth import create_token, revoke_tokens
+from jobs.actions import create_token, revoke_tokens
 from jobs.models import ApiToken
 
 

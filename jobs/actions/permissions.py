@@ -1,0 +1,214 @@
+"""Permission requests: recorded when an executor asks, answered exactly once, delivered back to the executor."""
+
+import json
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from jobs.actions.events import append_events
+from jobs.errors import Conflict, InvalidInput, NotFound
+from jobs.models import PermissionRequest, Task
+from jobs.vocabulary import DecidedVia, PermissionMode, PermissionStatus
+
+MAX_MESSAGE_CHARS = 10_000
+MAX_UPDATED_INPUT_BYTES = 1024 * 1024
+
+
+def record_permission_request(
+    task: Task,
+    *,
+    request_id: str,
+    tool_name: str,
+    tool_input: dict,
+    tool_use_id: str = "",
+    suggestions: list | None = None,
+) -> PermissionRequest:
+    """Store an executor's question. In bypass mode it is answered 'allow' at once, recorded as policy."""
+    bypass = task.permission_mode == PermissionMode.BYPASS
+    now = timezone.now()
+    with transaction.atomic():
+        perm = PermissionRequest.objects.create(
+            task=task,
+            request_id=request_id,
+            tool_name=tool_name,
+            input=tool_input,
+            tool_use_id=tool_use_id,
+            suggestions=suggestions or [],
+            status=PermissionStatus.ALLOWED if bypass else PermissionStatus.PENDING,
+            decided_via=DecidedVia.POLICY if bypass else "",
+            decided_by="permission_mode=bypass" if bypass else "",
+            decided_at=now if bypass else None,
+        )
+        events = [("permission_request", permission_data(perm))]
+        if bypass:
+            events.append(("permission_decision", permission_data(perm)))
+        append_events(task, events)
+    return perm
+
+
+def permission_data(perm: PermissionRequest) -> dict:
+    """A permission request as events and every adapter show it."""
+    return {
+        "request_id": perm.request_id,
+        "tool_name": perm.tool_name,
+        "input": perm.input,
+        "tool_use_id": perm.tool_use_id,
+        "status": perm.status,
+        "updated_input": perm.updated_input,
+        "message": perm.message,
+        "decided_by": perm.decided_by,
+        "decided_via": perm.decided_via,
+    }
+
+
+def pending_permissions(task: Task | None = None) -> list[PermissionRequest]:
+    """Requests waiting for an answer, oldest first: of one task, or of all."""
+    pending = PermissionRequest.objects.pending().select_related("task")
+    if task is not None:
+        pending = pending.filter(task=task)
+    return list(pending.oldest_first())
+
+
+def check_decision(behavior: str, updated_input: dict | None, message: str) -> None:
+    """Refuse an answer that could not be sent to an executor, before anything is looked up."""
+    if behavior not in ("allow", "deny"):
+        raise InvalidInput(f"behavior must be 'allow' or 'deny', not {behavior!r}")
+    if updated_input is not None and not isinstance(updated_input, dict):
+        raise InvalidInput("updatedInput must be a JSON object")
+    if updated_input is not None and len(json.dumps(updated_input)) > MAX_UPDATED_INPUT_BYTES:
+        raise InvalidInput(f"updatedInput is over the limit of {MAX_UPDATED_INPUT_BYTES} bytes")
+    if len(message or "") > MAX_MESSAGE_CHARS:
+        raise InvalidInput(f"message is {len(message)} characters, over the limit of {MAX_MESSAGE_CHARS}")
+
+
+def request_to_decide(task: Task, request_id: str | None) -> PermissionRequest:
+    """The pending request an answer is for: the named one, or the task's oldest pending one."""
+    if request_id:
+        perm = PermissionRequest.objects.filter(task=task, request_id=request_id).first()
+        if perm is None:
+            raise NotFound(f"task {task.public_id} has no permission request {request_id!r}", code="no_such_request")
+    else:
+        perm = PermissionRequest.objects.filter(task=task).pending().oldest_first().first()
+        if perm is None:
+            task.refresh_from_db()
+            state = "has ended" if task.is_terminal else "is not waiting for one"
+            raise Conflict(
+                f"task {task.public_id} has no pending permission request (it {state}, {task.status})",
+                code="nothing_pending",
+            )
+    if perm.status != PermissionStatus.PENDING:
+        raise Conflict(
+            f"permission request {perm.request_id} was already {perm.status}"
+            + (f" via {perm.decided_via}" if perm.decided_via else "")
+            + "; nothing was sent to the agent",
+            code="already_decided",
+            request_id=perm.request_id,
+            status=perm.status,
+        )
+    return perm
+
+
+def decide_permission(
+    task: Task,
+    *,
+    behavior: str,
+    request_id: str | None = None,
+    updated_input: dict | None = None,
+    message: str = "",
+    by: str = "",
+    via: str = DecidedVia.API,
+) -> PermissionRequest:
+    """Answer one pending request (the oldest when request_id is None). Exactly one answer ever wins."""
+    check_decision(behavior, updated_input, message)
+    allowed = behavior == "allow"
+    if not allowed and not message:
+        message = f"Denied by {by or 'the planner'}"
+    with transaction.atomic():
+        perm = request_to_decide(task, request_id)
+        won = (
+            PermissionRequest.objects.pending()
+            .filter(pk=perm.pk)
+            .update(
+                status=PermissionStatus.ALLOWED if allowed else PermissionStatus.DENIED,
+                updated_input=updated_input if allowed else None,
+                message=message,
+                decided_by=by,
+                decided_via=via,
+                decided_at=timezone.now(),
+            )
+        )
+        if not won:
+            raise Conflict(
+                f"permission request {perm.request_id} was answered meanwhile; nothing was sent", code="already_decided"
+            )
+        perm.refresh_from_db()
+        append_events(task, [("permission_decision", permission_data(perm))])
+    return perm
+
+
+def expire_permissions(task: Task) -> list[PermissionRequest]:
+    """Deny requests that waited longer than BRIDGE_PERMISSION_TIMEOUT_S, saying so."""
+    timeout = settings.BRIDGE_PERMISSION_TIMEOUT_S
+    cutoff = timezone.now() - timedelta(seconds=timeout)
+    expired = []
+    for perm in PermissionRequest.objects.pending().filter(task=task, created_at__lt=cutoff):
+        with transaction.atomic():
+            message = f"No decision within {timeout} s (BRIDGE_PERMISSION_TIMEOUT_S); denied automatically."
+            won = (
+                PermissionRequest.objects.pending()
+                .filter(pk=perm.pk)
+                .update(
+                    status=PermissionStatus.EXPIRED,
+                    message=message,
+                    decided_via=DecidedVia.TIMEOUT,
+                    decided_by="bridge",
+                    decided_at=timezone.now(),
+                )
+            )
+            if won:
+                perm.refresh_from_db()
+                append_events(task, [("permission_decision", permission_data(perm))])
+                expired.append(perm)
+    return expired
+
+
+def undelivered_decisions(task: Task) -> list[PermissionRequest]:
+    """Answers that the executor has not been told yet, oldest first."""
+    return list(PermissionRequest.objects.filter(task=task).undelivered())
+
+
+def mark_delivered(perm: PermissionRequest) -> None:
+    """The executor has been told this answer: it must never be sent twice."""
+    PermissionRequest.objects.filter(pk=perm.pk).update(delivered_at=timezone.now())
+
+
+def cancel_permission(task: Task, request_id: str, reason: str) -> None:
+    """The executor withdrew its question (or never will read an answer)."""
+    with transaction.atomic():
+        perm = PermissionRequest.objects.pending().filter(task=task, request_id=request_id).first()
+        if perm is None:
+            return
+        PermissionRequest.objects.filter(pk=perm.pk).update(
+            status=PermissionStatus.CANCELLED, message=reason, decided_via=DecidedVia.AGENT, decided_at=timezone.now()
+        )
+        perm.refresh_from_db()
+        append_events(task, [("permission_decision", permission_data(perm))])
+
+
+def cancel_open_permissions(task: Task, reason: str) -> None:
+    """Pending requests of a task that has ended can never be answered: close them."""
+    with transaction.atomic():
+        open_requests = list(PermissionRequest.objects.pending().filter(task=task))
+        if not open_requests:
+            return
+        PermissionRequest.objects.filter(pk__in=[p.pk for p in open_requests]).update(
+            status=PermissionStatus.CANCELLED,
+            message=reason,
+            decided_via=DecidedVia.SUPERVISOR,
+            decided_at=timezone.now(),
+        )
+        for perm in open_requests:
+            perm.refresh_from_db()
+        append_events(task, [("permission_decision", permission_data(p)) for p in open_requests])

@@ -1,0 +1,275 @@
+"""Tasks as planners see them: validate and queue, follow up, cancel, look up."""
+
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from jobs import doorbell, paths
+from jobs.actions.events import append_events, status_event
+from jobs.errors import Conflict, InvalidInput, NotFound, QueueFull
+from jobs.models import AgentSession, Task
+from jobs.vocabulary import Agent, PermissionMode, Source, Status
+
+SUPPORTED_AGENTS = tuple(Agent)
+MAX_TIMEOUT_S = 7 * 24 * 3600
+MAX_TURNS = 10_000
+MAX_REASON_CHARS = 2_000
+# Which options each agent takes; every adapter's options are checked here, once.
+AGENT_OPTIONS = {
+    Agent.CLAUDE: {"model", "max_turns", "allowed_tools"},
+    Agent.HERMES: {"model", "max_turns", "skills", "toolsets"},
+}
+LIST_OPTIONS = {"allowed_tools", "skills", "toolsets"}
+
+
+def get_task(task_id: str | uuid.UUID) -> Task:
+    """The task with this public id, or NotFound (also for ids that are not UUIDs at all)."""
+    try:
+        public_id = task_id if isinstance(task_id, uuid.UUID) else uuid.UUID(str(task_id).strip())
+    except ValueError:
+        raise NotFound(f"no task {task_id!r}: task ids look like 0b4f8e2c-…", code="no_such_task") from None
+    try:
+        return Task.objects.select_related("session").get(public_id=public_id)
+    except Task.DoesNotExist:
+        raise NotFound(f"no task {task_id}", code="no_such_task") from None
+
+
+@dataclass
+class TaskSpec:
+    """What a planner asks for; every adapter builds one of these and calls create_task."""
+
+    prompt: str
+    cwd: str | None = None
+    agent: str = Agent.CLAUDE
+    permission_mode: str = PermissionMode.APPROVE
+    skip_permissions: bool = False
+    resume_session_id: str | None = None
+    timeout_s: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    source: str = Source.API
+    created_by: str = ""
+
+
+def argv_value(name: str, value: object) -> str:
+    """A value that goes into an agent's argv: a non-empty single-line string that cannot pass for a flag."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{name} must be a non-empty string")
+    value = value.strip()
+    if value.startswith("-") or any(ord(c) < 32 for c in value) or len(value) > 200:
+        raise InvalidInput(
+            f"{name} {value[:50]!r} is not allowed: at most 200 characters, one line, not starting with '-'"
+        )
+    return value
+
+
+def checked_options(agent: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The task options an agent takes, validated (None values dropped); anything else is a clear error."""
+    allowed = AGENT_OPTIONS[agent]
+    checked: dict[str, Any] = {}
+    for key, value in (options or {}).items():
+        if value is None:
+            continue
+        if key not in allowed:
+            raise InvalidInput(f"{agent} tasks take no {key!r} option; they take: {', '.join(sorted(allowed))}")
+        if key == "max_turns":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TURNS:
+                raise InvalidInput(f"max_turns must be a whole number from 1 to {MAX_TURNS}, not {value!r}")
+            checked[key] = value
+        elif key in LIST_OPTIONS:
+            if not isinstance(value, list):
+                raise InvalidInput(f"{key} must be a list of names")
+            checked[key] = [argv_value(f"an entry of {key}", item) for item in value]
+        else:
+            checked[key] = argv_value(key, value)
+    return checked
+
+
+def task_cwd_and_session(spec: TaskSpec) -> tuple[Path, AgentSession | None]:
+    """The confined cwd a task would run in, and the known session it resumes (which fixes the cwd)."""
+    resume_id = (spec.resume_session_id or "").strip()
+    if not resume_id:
+        return paths.resolve_cwd(spec.cwd), None
+    session = AgentSession.objects.filter(agent=spec.agent, session_id=resume_id).first()
+    cwd = paths.resolve_cwd(session.cwd if session is not None and spec.cwd is None else spec.cwd)
+    if session is not None and str(cwd) != session.cwd:
+        raise InvalidInput(
+            f"session {resume_id} belongs to cwd {session.cwd!r}, not {str(cwd)!r}: "
+            "an agent session can only be resumed where it started"
+        )
+    return cwd, session
+
+
+def create_task(spec: TaskSpec) -> Task:
+    """Validate, confine and queue a task. Nothing runs until a supervisor claims it."""
+    prompt = spec.prompt if isinstance(spec.prompt, str) else ""
+    if not prompt.strip():
+        raise InvalidInput("prompt is empty: say what the agent should do")
+    size = len(prompt.encode())
+    if size > settings.BRIDGE_MAX_PROMPT_BYTES:
+        raise InvalidInput(
+            f"prompt is {size} bytes, over the limit of {settings.BRIDGE_MAX_PROMPT_BYTES} "
+            "(BRIDGE_MAX_PROMPT_BYTES); put long material in a file in the working directory instead"
+        )
+    if spec.agent not in SUPPORTED_AGENTS:
+        raise InvalidInput(
+            f"unknown agent {spec.agent!r}; this Bridge runs: {', '.join(SUPPORTED_AGENTS)}",
+            supported=list(SUPPORTED_AGENTS),
+        )
+    if spec.permission_mode not in (PermissionMode.APPROVE, PermissionMode.BYPASS):
+        raise InvalidInput(f"permission_mode must be 'approve' or 'bypass', not {spec.permission_mode!r}")
+    mode = PermissionMode.SKIP if spec.skip_permissions else spec.permission_mode
+    options = checked_options(spec.agent, spec.options)
+    if spec.resume_session_id:
+        argv_value("the session id", spec.resume_session_id)
+    timeout_s = settings.BRIDGE_TASK_TIMEOUT_S if spec.timeout_s is None else spec.timeout_s
+    if not 1 <= timeout_s <= MAX_TIMEOUT_S:
+        raise InvalidInput(f"timeout_s must be between 1 and {MAX_TIMEOUT_S} seconds, not {timeout_s}")
+
+    cwd, session = task_cwd_and_session(spec)
+    resume_id = (spec.resume_session_id or "").strip()
+
+    with transaction.atomic():
+        queued = Task.objects.queued_in_order().count()
+        if queued >= settings.BRIDGE_MAX_QUEUED:
+            raise QueueFull(
+                f"the queue is full: {queued} tasks are waiting (BRIDGE_MAX_QUEUED={settings.BRIDGE_MAX_QUEUED});"
+                " try again when some have finished",
+                queued=queued,
+            )
+        task = Task.objects.create(
+            agent=spec.agent,
+            prompt=prompt,
+            cwd=str(cwd),
+            permission_mode=mode,
+            options=options,
+            timeout_s=timeout_s,
+            session=session,
+            resume_session_id=resume_id,
+            source=spec.source,
+            created_by=spec.created_by,
+        )
+        append_events(task, [status_event(task)])
+        doorbell.ring(doorbell.QUEUE)
+    return task
+
+
+def create_or_join_task(spec: TaskSpec) -> tuple[Task, bool]:
+    """Queue a task unless an identical one (agent, prompt, cwd, resumed session, permission mode, options) is
+    queued or running: a planner that re-sends a task it lost track of gets the job already doing it.
+    Returns (task, created)."""
+    cwd, _ = task_cwd_and_session(spec)
+    mode = PermissionMode.SKIP if spec.skip_permissions else spec.permission_mode
+    options = checked_options(spec.agent, spec.options)
+    with transaction.atomic():
+        candidates = (
+            Task.objects.active()
+            .filter(
+                agent=spec.agent,
+                prompt=spec.prompt,
+                cwd=str(cwd),
+                resume_session_id=(spec.resume_session_id or "").strip(),
+                permission_mode=mode,
+            )
+            .order_by("created_at", "id")
+        )
+        same = next((task for task in candidates if task.options == options), None)
+        if same is not None:
+            return same, False
+        return create_task(spec), True
+
+
+def known_session_id(agent: str, session_id: str, cwd: str | None) -> str:
+    """The agent session a resume should continue: `latest` is the newest one Bridge ran for that cwd (the
+    default cwd when none is given); any other id must be one Bridge has recorded, so typos fail before a run."""
+    session_id = (session_id or "").strip()
+    if session_id == "latest":
+        resolved = str(paths.resolve_cwd(cwd))
+        task = (
+            Task.objects.filter(agent=agent, cwd=resolved, session__isnull=False)
+            .select_related("session")
+            .newest_first()
+            .first()
+        )
+        if task is None:
+            raise NotFound(
+                f"Bridge has run no {agent} session in {resolved} yet, so there is no 'latest' to resume",
+                code="no_such_session",
+            )
+        return task.session.session_id
+    if not AgentSession.objects.filter(agent=agent, session_id=session_id).exists():
+        raise NotFound(
+            f"Bridge knows no {agent} session {session_id!r}; use a session id from an earlier reply, or 'latest'",
+            code="no_such_session",
+        )
+    return session_id
+
+
+def continue_task(task: Task, prompt: str, *, source: str = Source.API, created_by: str = "") -> Task:
+    """A follow-up in the same agent session and directory, with the same agent, mode and options."""
+    if task.session is None:
+        raise Conflict(
+            f"task {task.public_id} has no agent session to continue (the agent never reported one: it "
+            f"{'has not started yet' if task.status == Status.QUEUED else 'ended before it did'}); start a new task",
+            code="no_session_to_continue",
+        )
+    spec = TaskSpec(
+        prompt=prompt,
+        cwd=task.session.cwd,
+        agent=task.agent,
+        permission_mode=PermissionMode.APPROVE if task.permission_mode == PermissionMode.SKIP else task.permission_mode,
+        skip_permissions=task.permission_mode == PermissionMode.SKIP,
+        resume_session_id=task.session.session_id,
+        timeout_s=task.timeout_s,
+        options=task.options,
+        source=source,
+        created_by=created_by,
+    )
+    return create_task(spec)
+
+
+def request_cancel(task: Task, reason: str = "cancelled by request", by: str = "") -> Task:
+    """Cancel a task: a queued one leaves the queue at once; a running one is stopped by its supervisor."""
+    reason = reason or "cancelled by request"
+    if len(reason) > MAX_REASON_CHARS:
+        raise InvalidInput(f"reason is {len(reason)} characters, over the limit of {MAX_REASON_CHARS}")
+    with transaction.atomic():
+        now = timezone.now()
+        dequeued = (
+            Task.objects.queued_in_order()
+            .filter(pk=task.pk)
+            .update(
+                status=Status.CANCELLED, finished_at=now, cancel_requested_at=now, cancel_reason=reason, error=reason
+            )
+        )
+        if dequeued:
+            task.refresh_from_db()
+            append_events(task, [status_event(task, reason=reason, by=by)])
+            return task
+        flagged = (
+            Task.objects.running()
+            .filter(pk=task.pk, cancel_requested_at__isnull=True)
+            .update(cancel_requested_at=now, cancel_reason=reason)
+        )
+        task.refresh_from_db()
+        if flagged:
+            append_events(task, [("cancel_requested", {"reason": reason, "by": by})])
+            return task
+    if task.status == Status.RUNNING:
+        return task  # already being cancelled: asking twice is harmless
+    raise Conflict(
+        f"task {task.public_id} has already ended ({task.status}); there is nothing to cancel", code="task_ended"
+    )
+
+
+def queue_counts() -> dict[str, int]:
+    """How many tasks are in each status (every status present, zeros included)."""
+    counts = dict.fromkeys((s.value for s in Status), 0)
+    for row in Task.objects.values("status").annotate(n=Count("id")):
+        counts[row["status"]] = row["n"]
+    return counts
