@@ -2,6 +2,7 @@
 
 import logging
 import sys
+from typing import Any
 
 from django.core.management.base import BaseCommand
 
@@ -14,6 +15,6 @@ class Command(BaseCommand):
         "if none is alive, so they outlive this process."
     )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING)  # stdout carries the protocol, nothing else
         serve_stdio()

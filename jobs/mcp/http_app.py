@@ -1,0 +1,83 @@
+"""The MCP server over Streamable HTTP at /mcp, behind the REST API's tokens, in front of Django's ASGI app."""
+
+import asyncio
+from collections.abc import Callable
+
+from django.conf import settings
+from mcp.server.transport_security import TransportSecuritySettings
+
+from jobs import auth
+from jobs.mcp.server import in_db, server
+
+
+def _transport_security() -> TransportSecuritySettings:
+    """DNS-rebinding protection with Django's ALLOWED_HOSTS: /mcp bypasses Django's own Host check."""
+    hosts = list(settings.ALLOWED_HOSTS)
+    if "*" in hosts:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    return TransportSecuritySettings(
+        allowed_hosts=hosts + [f"{host}:*" for host in hosts],
+        allowed_origins=[
+            f"{scheme}://{host}{port}" for scheme in ("http", "https") for host in hosts for port in ("", ":*")
+        ]
+        + list(settings.CSRF_TRUSTED_ORIGINS),
+    )
+
+
+def _has_valid_token(headers: list[tuple[bytes, bytes]]) -> bool:
+    """A token, exactly as the REST API takes it (no browser sessions: MCP clients are programs)."""
+    header = dict((name.lower(), value) for name, value in headers).get(b"authorization", b"").decode("latin-1")
+    return (auth.identify(header) or "").startswith("token:")
+
+
+class McpHttpApp:
+    """ASGI: /mcp goes to the MCP server (Bearer token required), everything else to `fallback` (Django).
+
+    Daphne runs no ASGI lifespan, so the SDK's session manager is started by the first request and then kept
+    running in a task of its own.
+    """
+
+    path = "/mcp"
+
+    def __init__(self, fallback: Callable) -> None:
+        self.fallback = fallback
+        self.mcp_app = server.streamable_http_app(
+            streamable_http_path=self.path, transport_security=_transport_security()
+        )
+        self._runner: asyncio.Task | None = None
+        self._lock = asyncio.Lock()
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (path == self.path or path.startswith(self.path + "/")):
+            return await self.fallback(scope, receive, send)
+        if not await in_db(_has_valid_token)(scope.get("headers", [])):
+            return await self._unauthorized(send)
+        await self._start_session_manager()
+        await self.mcp_app(scope, receive, send)
+
+    async def _start_session_manager(self) -> None:
+        async with self._lock:
+            if self._runner is not None:
+                if self._runner.done():
+                    self._runner.result()  # raises why it stopped: the SDK cannot start it twice
+                return
+            started = asyncio.Event()
+
+            async def run() -> None:
+                async with server.session_manager.run():
+                    started.set()
+                    await asyncio.Event().wait()  # until the process ends
+
+            self._runner = asyncio.get_running_loop().create_task(run())
+            waiting = asyncio.ensure_future(started.wait())
+            await asyncio.wait({self._runner, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            if self._runner.done():
+                waiting.cancel()
+                self._runner.result()  # raises why it could not start
+
+    async def _unauthorized(self, send: Callable) -> None:
+        response = auth.unauthorized()
+        headers = [(k.lower().encode(), v.encode()) for k, v in response.items()]
+        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        await send({"type": "http.response.body", "body": response.content})

@@ -1,0 +1,35 @@
+"""The database reads behind the MCP replies that jobs.actions does not offer: all of them in one place."""
+
+from jobs.models import PermissionRequest, Task, TaskEvent
+from jobs.vocabulary import Agent
+
+# What counts as the agent's output: Claude's whole text blocks; Hermes' one-shot lines or ACP message fragments.
+OUTPUT_KINDS = {Agent.CLAUDE: ("text", "stdout"), Agent.HERMES: ("output", "text_delta", "stdout")}
+
+
+def output_tail(task: Task, chars: int) -> str:
+    """The last `chars` characters the agent said, newest events read first; fragments join without a break."""
+    pieces, size = [], 0
+    events = TaskEvent.objects.filter(task=task, kind__in=OUTPUT_KINDS[task.agent]).newest_first()
+    for kind, data in events.values_list("kind", "data"):
+        text = str(data.get("text", ""))
+        pieces.append(text if kind == "text_delta" else text + "\n")
+        size += len(pieces[-1])
+        if size >= chars:
+            break
+    return "".join(reversed(pieces)).rstrip("\n")[-chars:]
+
+
+def queued_ahead(task: Task) -> int:
+    """How many queued tasks a free worker takes before this one."""
+    return Task.objects.queued_in_order().filter(created_at__lt=task.created_at).count()
+
+
+def needs_attention(task_pk: int) -> bool:
+    """A waiting tool returns early when its task ends or asks a permission question."""
+    task = Task.objects.only("status").get(pk=task_pk)
+    return task.is_terminal or PermissionRequest.objects.pending().filter(task_id=task_pk).exists()
+
+
+def newest_tasks(limit: int) -> list[Task]:
+    return list(Task.objects.newest_first()[:limit])

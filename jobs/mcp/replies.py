@@ -1,0 +1,267 @@
+"""The text of every MCP reply, each shape in one function and each sentence written once.
+
+Replies keep the older Hermes MCP bridge's `KEY: value` header lines (`STATUS: … / JOB_ID: …`), so planners that
+learnt them keep working; free text follows the headers. Nothing here reads the database beyond the objects given.
+"""
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from django.conf import settings
+from django.utils import timezone
+
+from jobs.actions import SystemState
+from jobs.hermes_skills import Skill, SkillLibrary
+from jobs.models import PermissionRequest, Task
+from jobs.vocabulary import Status
+
+STATUS_WORDS = {
+    Status.QUEUED: "queued",
+    Status.RUNNING: "running",
+    Status.DONE: "ok",
+    Status.FAILED: "error",
+    Status.CANCELLED: "cancelled",
+    Status.TIMEOUT: "timeout",
+    Status.ORPHANED: "orphaned",
+}
+RUNNING_TAIL_CHARS = 2000
+MAX_LISTED_ENTRIES = 500
+MAX_INPUT_CHARS = 2000
+INTERNAL_ERROR = "internal_error"
+CANCEL_REQUESTED = "NOTE: cancel requested; the supervisor is stopping the agent."
+
+
+def status_word(status: str) -> str:
+    """The older bridge's word for a status (`ok`, `error`, …): planners' prompts test for these."""
+    return STATUS_WORDS[Status(status)]
+
+
+def elapsed_s(task: Task) -> float:
+    """Seconds since the task started (or was queued), up to its end or now."""
+    start = task.started_at or task.created_at
+    end = task.finished_at or timezone.now()
+    return max(0.0, (end - start).total_seconds())
+
+
+def jobs_line(counts: dict[str, int]) -> str:
+    return "JOBS: " + ", ".join(f"{status_word(s)}={n}" for s, n in counts.items())
+
+
+def pending_line(count: int) -> str:
+    return f"PENDING_PERMISSIONS: {count}"
+
+
+def _capped(text: str, cap: int) -> str:
+    if len(text) <= cap:
+        return text
+    return text[:cap] + f"\n[output truncated at {cap} of {len(text)} characters (BRIDGE_MCP_OUTPUT_CHARS)]"
+
+
+# --- a task ----------------------------------------------------------------------------------------------
+
+
+def _task_header(task: Task, notes: Sequence[str]) -> list[str]:
+    lines = [
+        f"STATUS: {status_word(task.status)}",
+        f"JOB_ID: {task.public_id}",
+        f"AGENT: {task.agent}",
+        f"CWD: {task.cwd}",
+        f"ELAPSED_S: {elapsed_s(task):.1f}",
+        f"TIMEOUT_S: {task.timeout_s}",
+    ]
+    if task.session is not None:
+        lines.append(f"SESSION_ID: {task.session.session_id}")
+    return lines + list(notes)
+
+
+def unfinished_task(task: Task, notes: Sequence[str], *, ahead: int | None, pending: int, tail: str) -> str:
+    """A queued or running task: a progress notice (it is NOT a failure) and the newest output."""
+    lines = _task_header(task, notes)
+    if ahead is not None:
+        lines.append(f"Queued behind {ahead} other job(s), waiting for a free worker.")
+    if pending:
+        lines.append(
+            f"{pending_line(pending)} — the agent is waiting: answer with permissions_pending / permission_decide."
+        )
+    lines.append(
+        f"Still {task.status}. This is NOT a failure and NOT a timeout. Collect the result with "
+        f'hermes_status(job_id="{task.public_id}"). Do not re-run the task.'
+    )
+    lines.append(f"--- OUTPUT SO FAR (last {RUNNING_TAIL_CHARS} characters) ---")
+    lines.append(tail or "(no output yet)")
+    return "\n".join(lines)
+
+
+def finished_task(task: Task, notes: Sequence[str], output: str) -> str:
+    """A task that ended: exit code, error, and its output up to BRIDGE_MCP_OUTPUT_CHARS."""
+    lines = _task_header(task, notes)
+    lines.append(f"EXIT_CODE: {task.exit_code if task.exit_code is not None else 'none'}")
+    if task.error:
+        lines.append(f"ERROR: {task.error}")
+    lines.append(f"--- {task.agent.upper()} OUTPUT ---")
+    lines.append(_capped(output, settings.BRIDGE_MCP_OUTPUT_CHARS) or "(no output)")
+    return "\n".join(lines)
+
+
+def joined_existing(task: Task) -> str:
+    return (
+        f"NOTE: an identical task was already {task.status} in this cwd; this is that job (no second worker "
+        "was started)."
+    )
+
+
+def job_list(counts: dict[str, int], tasks: Iterable[Task]) -> str:
+    """The counts by status, then one line per task: JOB_ID, status, agent, elapsed, cwd, first prompt line."""
+    lines = [jobs_line(counts)]
+    for task in tasks:
+        first_line = (task.prompt.strip().splitlines() or [""])[0][:80]
+        lines.append(
+            f"{task.public_id}  {status_word(task.status):9}  {task.agent:6}  {elapsed_s(task):7.1f}s  "
+            f"{task.cwd}  {first_line}"
+        )
+    return "\n".join(lines)
+
+
+# --- permissions ----------------------------------------------------------------------------------------
+
+
+def pending_permissions(pending: Sequence[PermissionRequest]) -> str:
+    """Each waiting request with what the agent wants to run (input cut at MAX_INPUT_CHARS)."""
+    lines = [pending_line(len(pending))]
+    for perm in pending:
+        tool_input = json.dumps(perm.input, ensure_ascii=False)
+        if len(tool_input) > MAX_INPUT_CHARS:
+            tool_input = tool_input[:MAX_INPUT_CHARS] + "…"
+        lines += [
+            "",
+            f"JOB_ID: {perm.task.public_id}",
+            f"REQUEST_ID: {perm.request_id}",
+            f"TOOL: {perm.tool_name}",
+            f"INPUT: {tool_input}",
+        ]
+    return "\n".join(lines)
+
+
+def decision(job_id: str, perm: PermissionRequest) -> str:
+    return f"DECISION: {perm.status}\nJOB_ID: {job_id}\nREQUEST_ID: {perm.request_id}\nTOOL: {perm.tool_name}"
+
+
+# --- files ----------------------------------------------------------------------------------------------
+
+
+def directory(target: Path, entries: Sequence[Path]) -> str:
+    """A directory's entries (sub-directories end in /), files with their size, at most MAX_LISTED_ENTRIES."""
+    lines = [f"DIRECTORY: {target}", f"ENTRIES: {len(entries)}"]
+    for entry in entries[:MAX_LISTED_ENTRIES]:
+        if entry.is_dir():
+            lines.append(f"{entry.name}/")
+        else:
+            lines.append(f"{entry.name}  {entry.stat().st_size if entry.exists() else '?'} bytes")
+    if len(entries) > MAX_LISTED_ENTRIES:
+        lines.append(f"[{len(entries) - MAX_LISTED_ENTRIES} more entries not listed]")
+    return "\n".join(lines)
+
+
+def not_a_file(target: Path) -> str:
+    return f"PATH: {target}\nNot a regular file or directory (a device, socket or pipe); not read."
+
+
+def file(target: Path, size: int, head: bytes, kind: str) -> str:
+    """A file's first bytes as text, or a short description when they look binary (a NUL early on)."""
+    if b"\0" in head[:8192]:
+        return f"FILE: {target}\nSIZE: {size} bytes\nBINARY: yes ({kind}); not shown. First bytes: {head[:32].hex()}"
+    lines = [f"FILE: {target}", f"SIZE: {size} bytes", "--- CONTENT ---", head.decode("utf-8", errors="replace")]
+    if size > len(head):
+        lines.append(f"[truncated: showed {len(head)} of {size} bytes; raise max_bytes to see more]")
+    return "\n".join(lines)
+
+
+# --- Hermes' library and health -------------------------------------------------------------------------
+
+
+def categories(library: SkillLibrary, limit: int) -> str:
+    """The overview a planner starts from: each category with its skill count and description."""
+    counts: dict[str, int] = {}
+    for skill in library.skills:
+        counts[skill.category] = counts.get(skill.category, 0) + 1
+    lines = [f"# problem: {p}" for p in library.problems]
+    lines.append(f"CATEGORIES: {len(library.categories)}  SKILLS: {len(library.skills)}")
+    for name in sorted(library.categories)[:limit]:
+        lines.append(f"{name} ({counts.get(name, 0)} skills): {' '.join(library.categories[name].split())}")
+    lines.append("Narrow down with hermes_capabilities(query=…, category=…).")
+    return "\n".join(lines)
+
+
+def skill_matches(library: SkillLibrary, found: Sequence[Skill], limit: int) -> str:
+    lines = [f"# problem: {p}" for p in library.problems]
+    lines.append(f"MATCHES: {len(found)}" + (f" (showing {limit})" if len(found) > limit else ""))
+    for skill in found[:limit]:
+        tags = f" [tags: {', '.join(skill.tags)}]" if skill.tags else ""
+        lines.append(f"{skill.name} ({skill.category}): {skill.description}{tags}")
+    return "\n".join(lines)
+
+
+def hermes_missing() -> str:
+    """Why Hermes cannot run and how to fix it; follows "Hermes is" or "HERMES:"."""
+    return (
+        f"not installed: BRIDGE_HERMES_BIN={settings.BRIDGE_HERMES_BIN!r} was not found "
+        "(install hermes-agent, or set BRIDGE_HERMES_BIN to its executable)"
+    )
+
+
+def health(ok: bool, hermes_lines: Sequence[str], state: SystemState) -> str:
+    workers = ", ".join(f"alive ({w.name}, pid {w.pid})" for w in state.workers) or "none alive"
+    lines = ["STATUS: " + ("ok" if ok else "error"), *hermes_lines]
+    lines += [f"DATABASE: {state.database}", f"SUPERVISOR: {workers}", jobs_line(state.counts)]
+    return "\n".join(lines)
+
+
+def hermes_found(executable: Path, version: str | None, acp: bool) -> list[str]:
+    return [
+        f"HERMES: {executable}",
+        f"HERMES_VERSION: {version or 'unknown (no hermes-agent package metadata found)'}",
+        f"HERMES_MODE: {settings.BRIDGE_HERMES_MODE} "
+        + ("(ACP extra installed)" if acp else "(no ACP extra: one-shot only)"),
+    ]
+
+
+# --- the supervisor -------------------------------------------------------------------------------------
+
+
+def supervisor_starting(pid: int) -> str:
+    return f"NOTE: the supervisor this MCP server started (pid {pid}) is starting up."
+
+
+def no_supervisor() -> str:
+    return (
+        "NOTE: no supervisor is running, so the job stays queued until one starts "
+        "(`python manage.py supervise`, or `python manage.py runbridge`)."
+    )
+
+
+def supervisor_started(pid: int, log_path: Path) -> str:
+    return (
+        f"NOTE: no supervisor was running, so this MCP server started one (pid {pid}, "
+        f"log {log_path}); it keeps running after this server exits."
+    )
+
+
+# --- errors and notes -----------------------------------------------------------------------------------
+
+
+def error(message: str, code: str, *, refused: bool = False) -> str:
+    """Every failed tool's reply: the status word, the message for people, the stable code for programs."""
+    return f"STATUS: {'refused' if refused else 'error'}\nERROR: {message}\nCODE: {code}"
+
+
+def unexpected(tool_name: str, exc: Exception) -> str:
+    return f"{tool_name} failed unexpectedly ({type(exc).__name__}: {exc}); the traceback is in Bridge's log."
+
+
+def at_least_one(name: str, value: int) -> str:
+    return f"{name} must be at least 1, not {value}"
+
+
+def clamped(name: str, given: str, cap: str, setting: str, why: str = "") -> str:
+    return f"NOTE: {name}={given} was clamped to {cap} ({setting}){why}."

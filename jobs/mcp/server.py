@@ -1,0 +1,79 @@
+"""The one MCP server both transports serve, and the one place where a tool's failure becomes its reply."""
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, TextContent
+
+from jobs.errors import BridgeError, Refused
+from jobs.mcp import replies
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = """\
+Bridge runs coding agents (Hermes Agent, Claude Code) as supervised background jobs and records everything.
+
+How to work with it:
+- Give each task everything it needs: a self-contained description, absolute paths, and a definition of done
+  (which files must exist, which command must pass). The agent sees nothing of this conversation.
+- hermes_run / claude_run start a job and wait a few seconds. "STATUS: running" is NOT a failure and NOT a timeout:
+  collect the result with hermes_status(job_id=…, wait_s=…) — it works for every job — and never re-run the task.
+  Sending the same task for the same cwd again while it runs returns the same job.
+- Continue an agent's conversation with hermes_resume / claude_resume (session_id from an earlier reply, or
+  "latest" for the newest session Bridge ran in that cwd).
+- Claude jobs may ask permission for tools: permissions_pending lists the questions, permission_decide answers.
+- Verify the artifacts yourself with hermes_read (files and directories, without waking an agent).
+- Statuses: queued (waiting for a worker), running, ok (finished, exit 0), error (the agent failed; read the
+  output and error), timeout (it hit its timeout_s), cancelled (by task_cancel or a shutdown), orphaned (its
+  supervisor died; the output so far is kept; nothing is re-run), refused (cwd or path outside the allowed roots;
+  nothing was started).
+"""
+
+_root_handlers, _root_level = list(logging.root.handlers), logging.root.level
+server = MCPServer("bridge", instructions=INSTRUCTIONS, version="1")
+# Building the server configures the root logger (a handler, level INFO); Bridge's logging is Django's LOGGING.
+logging.root.handlers[:] = _root_handlers
+logging.root.setLevel(_root_level)
+
+
+class ErrorReport(Exception):
+    """A complete reply that reports trouble (hermes_health): sent as it is, flagged is_error."""
+
+
+def in_db(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """Run a sync function that uses the ORM off the event loop, on a fresh-enough connection."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        close_old_connections()
+        return fn(*args, **kwargs)
+
+    return sync_to_async(wrapped, thread_sensitive=True)
+
+
+def _flagged(text: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+def tool(fn: Callable[..., Awaitable[str]]) -> Callable[..., Awaitable[str]]:
+    """Register a tool whose failures come back as `STATUS: refused|error` replies flagged is_error: the SDK's own
+    error path would put "Error executing tool …" before the STATUS line and drop the error's code."""
+
+    @functools.wraps(fn)
+    async def replying(**arguments: Any) -> str | CallToolResult:
+        try:
+            return await fn(**arguments)
+        except ErrorReport as exc:
+            return _flagged(str(exc))
+        except BridgeError as exc:
+            return _flagged(replies.error(exc.message, exc.code, refused=isinstance(exc, Refused)))
+        except Exception as exc:
+            log.exception("MCP tool %s failed", fn.__name__)
+            return _flagged(replies.error(replies.unexpected(fn.__name__, exc), replies.INTERNAL_ERROR))
+
+    server.tool()(replying)
+    return fn

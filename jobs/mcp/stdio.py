@@ -1,0 +1,55 @@
+"""`manage.py mcp` serves the tools on stdio, and starts a detached supervisor when none is alive, so the jobs
+it queues run and outlive it (Claude Desktop ends the server whenever it likes)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from django.conf import settings
+
+from jobs import actions
+from jobs.mcp import replies
+from jobs.mcp.server import server
+
+
+class SupervisorStarter:
+    """Starts `manage.py supervise` as a detached process, once, and only for the stdio server."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.process: subprocess.Popen | None = None
+
+    def ensure(self) -> str:
+        """Returns a note for the reply when no supervisor was alive, else ''."""
+        if actions.live_workers():
+            return ""
+        if self.process is not None and self.process.poll() is None:
+            return replies.supervisor_starting(self.process.pid)
+        if not self.enabled:
+            return replies.no_supervisor()
+        log_path = settings.DATA_DIR / "supervisor.log"
+        self.process = self._spawn(log_path)
+        return replies.supervisor_started(self.process.pid, log_path)
+
+    @staticmethod
+    def _spawn(log_path: Path) -> subprocess.Popen:
+        with open(log_path, "ab") as log_file:
+            return subprocess.Popen(
+                [sys.executable, str(settings.BASE_DIR / "manage.py"), "supervise"],
+                cwd=settings.BASE_DIR,
+                env=os.environ.copy(),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                start_new_session=True,  # not in Claude Desktop's process group: it outlives this server
+            )
+
+
+supervisor_starter = SupervisorStarter()
+
+
+def serve_stdio() -> None:
+    """`manage.py mcp`: stdout is the protocol; this server may start a supervisor, which outlives it."""
+    supervisor_starter.enabled = True
+    server.run("stdio")

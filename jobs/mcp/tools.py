@@ -1,0 +1,309 @@
+"""The MCP tools: each parses its arguments, calls jobs.actions, and shapes the reply with jobs.mcp.replies.
+
+They keep the older Hermes MCP bridge's names and arguments, and add Claude Code tasks and permission decisions.
+Failures are raised (jobs.errors) and turned into replies in one place, `jobs.mcp.server.tool`.
+"""
+
+import dataclasses
+import mimetypes
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from jobs import actions, hermes_skills, paths
+from jobs.errors import BridgeError, InvalidInput
+from jobs.mcp import reads, replies, waiting
+from jobs.mcp.server import ErrorReport, in_db, tool
+from jobs.mcp.stdio import supervisor_starter
+from jobs.models import Task
+from jobs.vocabulary import Agent, DecidedVia, Source, Status
+
+DEFAULT_READ_BYTES = 64 * 1024
+MAX_CAPABILITIES = 500
+MAX_JOBS = 200
+
+
+def describe(task: Task, notes: Sequence[str] = ()) -> str:
+    """A task's reply as it is now: progress and the newest output while it runs, else its result."""
+    task.refresh_from_db()
+    if task.is_terminal:
+        output = task.result or reads.output_tail(task, settings.BRIDGE_MCP_OUTPUT_CHARS + 1)
+        return replies.finished_task(task, notes, output)
+    return replies.unfinished_task(
+        task,
+        notes,
+        ahead=reads.queued_ahead(task) if task.status == Status.QUEUED else None,
+        pending=len(actions.pending_permissions(task)),
+        tail=reads.output_tail(task, replies.RUNNING_TAIL_CHARS),
+    )
+
+
+def _require_hermes() -> None:
+    if hermes_skills.hermes_executable() is None:
+        raise BridgeError(f"Hermes is {replies.hermes_missing()}.", code="hermes_not_installed")
+
+
+def _listify(value: list[str] | str | None) -> list[str] | None:
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else value
+    return [item.strip() for item in items if item.strip()] or None
+
+
+# --- starting jobs --------------------------------------------------------------------------------------
+
+
+def _start(spec: actions.TaskSpec) -> tuple[Task, list[str]]:
+    task, created = actions.create_or_join_task(spec)
+    notes = [] if created else [replies.joined_existing(task)]
+    supervisor_note = supervisor_starter.ensure()
+    if supervisor_note:
+        notes.append(supervisor_note)
+    return task, notes
+
+
+async def _run(spec: actions.TaskSpec, wait_s: float) -> str:
+    wait, notes = waiting.bounded(wait_s)
+    task, start_notes = await in_db(_start)(spec)
+    await waiting.until_attention(task, wait)
+    return await in_db(describe)(task, notes + start_notes)
+
+
+async def _resume(session_id: str, spec: actions.TaskSpec, wait_s: float) -> str:
+    """Both agents' resume: `session_id` ("latest" or an id) must name a session Bridge ran in spec.cwd."""
+    resume_id = await in_db(actions.known_session_id)(spec.agent, session_id, spec.cwd)
+    return await _run(dataclasses.replace(spec, resume_session_id=resume_id), wait_s)
+
+
+@tool
+async def hermes_run(
+    task: str,
+    cwd: str | None = None,
+    max_turns: int | None = None,
+    timeout_s: int | None = None,
+    wait_s: float = 5,
+    skills: list[str] | str | None = None,
+    toolsets: list[str] | str | None = None,
+) -> str:
+    """Start a Hermes Agent job in cwd (absolute, inside the allowed roots) and wait up to wait_s seconds
+    (default 5, at most 150). Returns STATUS/JOB_ID; if still running, collect it later with hermes_status."""
+    _require_hermes()
+    options = dict(max_turns=max_turns, skills=_listify(skills), toolsets=_listify(toolsets))
+    spec = actions.TaskSpec(
+        prompt=task, cwd=cwd, agent=Agent.HERMES, timeout_s=timeout_s, options=options, source=Source.MCP
+    )
+    return await _run(spec, wait_s)
+
+
+@tool
+async def hermes_resume(
+    session_id: str,
+    task: str,
+    cwd: str | None = None,
+    max_turns: int | None = None,
+    timeout_s: int | None = None,
+    wait_s: float = 5,
+) -> str:
+    """Continue a Hermes session with a new task. session_id comes from an earlier reply's SESSION_ID, or is
+    "latest" for the newest Hermes session Bridge ran in cwd. A session can only continue in its own cwd."""
+    _require_hermes()
+    options = dict(max_turns=max_turns)
+    spec = actions.TaskSpec(
+        prompt=task, cwd=cwd, agent=Agent.HERMES, timeout_s=timeout_s, options=options, source=Source.MCP
+    )
+    return await _resume(session_id, spec, wait_s)
+
+
+@tool
+async def claude_run(
+    task: str,
+    cwd: str | None = None,
+    permission_mode: Literal["approve", "bypass"] = "approve",
+    model: str | None = None,
+    max_turns: int | None = None,
+    allowed_tools: list[str] | None = None,
+    timeout_s: int | None = None,
+    wait_s: float = 5,
+) -> str:
+    """Start a Claude Code job in cwd and wait up to wait_s seconds (default 5, at most 150). With
+    permission_mode "approve" its tool requests wait for permission_decide; "bypass" allows them all."""
+    spec = actions.TaskSpec(
+        prompt=task,
+        cwd=cwd,
+        agent=Agent.CLAUDE,
+        permission_mode=permission_mode,
+        timeout_s=timeout_s,
+        options=dict(model=model, max_turns=max_turns, allowed_tools=allowed_tools),
+        source=Source.MCP,
+    )
+    return await _run(spec, wait_s)
+
+
+@tool
+async def claude_resume(
+    session_id: str,
+    task: str,
+    cwd: str | None = None,
+    permission_mode: Literal["approve", "bypass"] = "approve",
+    max_turns: int | None = None,
+    timeout_s: int | None = None,
+    wait_s: float = 5,
+) -> str:
+    """Continue a Claude Code session (SESSION_ID from an earlier reply, or "latest" for cwd) with a new task."""
+    spec = actions.TaskSpec(
+        prompt=task,
+        cwd=cwd,
+        agent=Agent.CLAUDE,
+        permission_mode=permission_mode,
+        timeout_s=timeout_s,
+        options=dict(max_turns=max_turns),
+        source=Source.MCP,
+    )
+    return await _resume(session_id, spec, wait_s)
+
+
+# --- following jobs -------------------------------------------------------------------------------------
+
+
+@tool
+async def hermes_status(job_id: str, wait_s: float = 30) -> str:
+    """Any job's status and output (Hermes or Claude). Waits up to wait_s seconds (default 30, at most 150)
+    for it to finish, returning early when it ends or asks for a permission."""
+    wait, notes = waiting.bounded(wait_s)
+    task = await in_db(actions.get_task)(job_id)
+    await waiting.until_attention(task, wait)
+    return await in_db(describe)(task, notes)
+
+
+def _jobs(limit: int) -> str:
+    return replies.job_list(actions.queue_counts(), reads.newest_tasks(limit))
+
+
+@tool
+async def hermes_jobs(limit: int = 20) -> str:
+    """The newest jobs (all agents), one line each: JOB_ID, STATUS, agent, elapsed seconds, cwd, task."""
+    return await in_db(_jobs)(max(1, min(limit, MAX_JOBS)))
+
+
+def _cancel(job_id: str, reason: str) -> str:
+    task = actions.request_cancel(actions.get_task(job_id), reason=reason or "cancelled by the planner", by="mcp")
+    return describe(task, [] if task.is_terminal else [replies.CANCEL_REQUESTED])
+
+
+@tool
+async def task_cancel(job_id: str, reason: str = "") -> str:
+    """Cancel a queued or running job. Its output so far is kept."""
+    return await in_db(_cancel)(job_id, reason)
+
+
+# --- permissions ----------------------------------------------------------------------------------------
+
+
+def _pending(job_id: str | None) -> str:
+    task = actions.get_task(job_id) if job_id else None
+    return replies.pending_permissions(actions.pending_permissions(task))
+
+
+@tool
+async def permissions_pending(job_id: str | None = None) -> str:
+    """Tool-use requests waiting for an answer (of one job, or all), oldest first."""
+    return await in_db(_pending)(job_id)
+
+
+def _decide(job_id: str, behavior: str, request_id: str | None, message: str, updated_input: dict | None) -> str:
+    perm = actions.decide_permission(
+        actions.get_task(job_id),
+        behavior=behavior,
+        request_id=request_id,
+        updated_input=updated_input,
+        message=message,
+        by="mcp",
+        via=DecidedVia.MCP,
+    )
+    return replies.decision(job_id, perm)
+
+
+@tool
+async def permission_decide(
+    job_id: str,
+    behavior: Literal["allow", "deny"],
+    request_id: str | None = None,
+    message: str = "",
+    updated_input: dict[str, Any] | None = None,
+) -> str:
+    """Answer a job's permission request (the oldest pending one unless request_id is given). "allow" may
+    replace the tool's input with updated_input; "deny" tells the agent message."""
+    return await in_db(_decide)(job_id, behavior, request_id, message, updated_input)
+
+
+# --- reading without an agent ---------------------------------------------------------------------------
+
+
+def _read(path: str, max_bytes: int) -> str:
+    target = paths.resolve_readable(path)
+    if target.is_dir():
+        return replies.directory(target, sorted(target.iterdir(), key=lambda p: p.name))
+    if not target.is_file():
+        return replies.not_a_file(target)
+    size = target.stat().st_size
+    with open(target, "rb") as f:
+        head = f.read(max_bytes)
+    return replies.file(target, size, head, mimetypes.guess_type(target.name)[0] or "unknown type")
+
+
+@tool
+async def hermes_read(path: str, max_bytes: int = DEFAULT_READ_BYTES) -> str:
+    """Read a file (text up to max_bytes; binary files are described) or list a directory, without waking an
+    agent. path must be absolute and inside the allowed roots (or BRIDGE_READ_ROOTS)."""
+    if max_bytes < 1:
+        raise InvalidInput(replies.at_least_one("max_bytes", max_bytes))
+    cap, note = settings.BRIDGE_READ_MAX_BYTES, ""
+    if max_bytes > cap:
+        note = "\n" + replies.clamped("max_bytes", str(max_bytes), str(cap), "BRIDGE_READ_MAX_BYTES")
+        max_bytes = cap
+    try:
+        return (await in_db(_read)(path, max_bytes)) + note
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path!r}: {exc.strerror or exc}", code="unreadable") from None
+
+
+# --- Hermes' library and health -------------------------------------------------------------------------
+
+
+def _capabilities(query: str, category: str, limit: int) -> str:
+    library = hermes_skills.read_library()
+    if not query and not category:
+        return replies.categories(library, limit)
+    return replies.skill_matches(library, hermes_skills.search(library, query, category), limit)
+
+
+@tool
+async def hermes_capabilities(query: str = "", category: str = "", limit: int = 50) -> str:
+    """Hermes' skills, read from disk: no arguments gives the categories; query (words that must all appear)
+    and category narrow it down to skills; limit bounds the list. Pass skill names to hermes_run(skills=…)."""
+    if limit < 1:
+        raise InvalidInput(replies.at_least_one("limit", limit))
+    return await sync_to_async(_capabilities)(query, category, min(limit, MAX_CAPABILITIES))
+
+
+def _health() -> tuple[bool, str]:
+    executable = hermes_skills.hermes_executable()
+    state = actions.system_state()
+    if executable is None:
+        hermes = [f"HERMES: {replies.hermes_missing()}"]
+    else:
+        version = hermes_skills.hermes_version(executable)
+        hermes = replies.hermes_found(executable, version, hermes_skills.acp_installed(str(executable)))
+    ok = executable is not None and state.database == "ok"
+    return ok, replies.health(ok, hermes, state)
+
+
+@tool
+async def hermes_health() -> str:
+    """Instant check: Hermes executable and version, database, live supervisors, jobs by status."""
+    ok, text = await in_db(_health)()
+    if not ok:
+        raise ErrorReport(text)
+    return text
