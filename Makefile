@@ -64,9 +64,12 @@ run: install
 	$(BIN)/python manage.py token ensure
 	$(BIN)/python manage.py runbridge --host $(HOST) --port $(PORT)
 
+# Style, the layers of docs/architecture.md (import-linter contracts in pyproject.toml), and functions that fit a screen.
 lint: install-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/python tests/lint/long_functions.py 60
 
 test: install-test tools lint
 	$(BIN)/pytest
