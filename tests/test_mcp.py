@@ -265,6 +265,10 @@ def test_bad_input_gets_clear_errors(mcp_env, supervisor, work_root, tmp_path):
         reply = replies[name]
         assert reply.is_error and words in reply.text, (name, reply)
         assert reply.status in ("STATUS: error", "STATUS: refused"), (name, reply)
+    codes = {"unknown job": "no_such_task", "not a uuid": "no_such_task", "cancel done": "task_ended"}
+    codes |= {"decide nothing": "nothing_pending", "empty task": "invalid_input", "outside": "refused"}
+    for name, code in codes.items():
+        assert f"\nCODE: {code}" in replies[name].text, (name, replies[name])
     assert replies["outside"].status == replies["symlink out"].status == "STATUS: refused"
     assert "not for planners" not in replies["symlink out"].text
     huge = replies["huge wait"]
