@@ -1,0 +1,222 @@
+"""Set up and run Bridge the same way everywhere: `python -m bridge.bootstrap run | test | lint | tools | bench`.
+
+`make run` and `make test` call this; on Windows, where `make` is usually missing, PowerShell runs the same
+commands with `py -m bridge.bootstrap run`. It needs only the standard library and runs on any Python 3, so that
+an interpreter that is too old gets a clear message instead of a traceback.
+
+What it does, each step only when needed:
+- a virtual environment in .venv, made by the Python that runs this (rebuilt when it is broken or too old),
+- the project installed into it (again whenever pyproject.toml changes),
+- for the tests, the pinned agent CLIs, the MCP Inspector and Debian's chromium in .tools/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VENV = REPO / ".venv"
+TOOLS = REPO / ".tools"
+MIN_PYTHON = (3, 11)
+CLAUDE_CODE_VERSION = "2.1.332"
+HERMES_VERSION = "0.19.0"
+INSPECTOR_VERSION = "2.12.0"
+NODE22_VERSION = "22.23.3"  # the Inspector needs Node >= 22.19; the npm package `node` brings one privately
+RUN_EXTRAS = "postgres,redis"
+TEST_EXTRAS = "postgres,redis,test"
+
+
+class SetupError(Exception):
+    """A step that cannot go on; the message says what to do."""
+
+
+def say(message: str) -> None:
+    print(f"bridge: {message}", file=sys.stderr, flush=True)
+
+
+def run(*argv: object, **kwargs) -> None:
+    """Run a command, failing with its name and exit code."""
+    args = [str(a) for a in argv]
+    result = subprocess.run(args, cwd=kwargs.pop("cwd", REPO), **kwargs)
+    if result.returncode != 0:
+        raise SetupError(f"`{' '.join(args)}` failed with exit code {result.returncode}")
+
+
+def venv_python(venv: Path) -> Path | None:
+    """The interpreter of a virtual environment, in either layout (bin/ on POSIX, Scripts\\ on Windows)."""
+    for candidate in (venv / "bin" / "python", venv / "Scripts" / "python.exe"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def python_version(python: Path) -> tuple[int, int] | None:
+    """The (major, minor) version of an interpreter, or None when it does not run."""
+    try:
+        out = subprocess.run(
+            [str(python), "-c", "import sys; print(sys.version_info[0], sys.version_info[1])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except OSError:
+        return None
+    if out.returncode != 0:
+        return None
+    major, minor = out.stdout.split()
+    return int(major), int(minor)
+
+
+def check_interpreter() -> None:
+    if sys.version_info[:2] < MIN_PYTHON:
+        want = ".".join(map(str, MIN_PYTHON))
+        raise SetupError(
+            f"Bridge needs Python {want} or newer; this is {sys.version.split()[0]} ({sys.executable}). "
+            "Run it with a newer one: `make run PYTHON=python3.12`, or on Windows `py -3.12 -m bridge.bootstrap run`"
+        )
+
+
+def ensure_venv() -> Path:
+    """.venv with a working, new enough Python: made when missing, rebuilt (saying so) when it is not usable."""
+    check_interpreter()
+    python = venv_python(VENV)
+    if python is not None:
+        version = python_version(python)
+        if version is not None and version >= MIN_PYTHON:
+            return python
+        found = "does not run" if version is None else "is Python " + ".".join(map(str, version))
+        say(f"{VENV} {found}; rebuilding it with {sys.executable}")
+        shutil.rmtree(VENV)
+    elif VENV.exists():
+        say(f"{VENV} has no Python in it; rebuilding it")
+        shutil.rmtree(VENV)
+    say(f"making the virtual environment {VENV}")
+    run(sys.executable, "-m", "venv", VENV)
+    python = venv_python(VENV)
+    if python is None:
+        raise SetupError(f"`{sys.executable} -m venv` made no interpreter in {VENV}")
+    return python
+
+
+def ensure_installed(python: Path, extras: str) -> None:
+    """`pip install -e .[extras]`, again only when pyproject.toml has changed since the last install."""
+    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes()).hexdigest()
+    stamp = VENV / f".installed-{extras.replace(',', '-')}"
+    if stamp.exists() and stamp.read_text().strip() == digest:
+        return
+    say(f"installing Bridge and its dependencies ({extras}) into {VENV}")
+    run(python, "-m", "pip", "install", "-q", "-e", f".[{extras}]")
+    stamp.write_text(digest + "\n")
+
+
+def npm_package(prefix: Path, binary: str, *packages: str) -> None:
+    """Install npm packages into a private prefix (not the system's), unless its binary is there already."""
+    bin_dir = prefix / "node_modules" / ".bin"
+    if shutil.which(binary, path=str(bin_dir)) is not None:
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise SetupError(f"npm is not installed; the tests need it for {', '.join(packages)} (install Node.js)")
+    say(f"installing {', '.join(packages)} into {prefix}")
+    run(npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", prefix, *packages)
+
+
+def hermes_cli() -> None:
+    """The pinned Hermes Agent CLI, with ACP, in its own virtual environment."""
+    venv = TOOLS / "hermes"
+    python = venv_python(venv)
+    if python is not None and shutil.which("hermes", path=str(python.parent)) is not None:
+        return
+    say(f"installing hermes-agent {HERMES_VERSION} into {venv}")
+    run(sys.executable, "-m", "venv", venv)
+    run(venv_python(venv), "-m", "pip", "install", "-q", f"hermes-agent[acp]=={HERMES_VERSION}")
+
+
+def browser() -> None:
+    """Debian's chromium for the browser tests (Playwright drives it; it never downloads a browser of its own)."""
+    if shutil.which("chromium"):
+        return
+    is_root = getattr(os, "geteuid", lambda: -1)() == 0
+    if is_root and shutil.which("apt-get"):
+        say("installing chromium with apt-get")
+        run("apt-get", "update", "-qq")
+        run("apt-get", "install", "-y", "-qq", "chromium", stdout=subprocess.DEVNULL)
+    else:
+        say("chromium is missing: install it (e.g. `sudo apt-get install chromium`); the browser tests skip without it")
+
+
+def tools() -> None:
+    npm_package(TOOLS / "claude", "claude", f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}")
+    hermes_cli()
+    inspector = f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}"
+    npm_package(TOOLS / "inspector", "mcp-inspector", inspector, f"node@{NODE22_VERSION}")
+    browser()
+
+
+def lint(python: Path) -> None:
+    """Style, the layers of docs/architecture.md, and functions that fit on a screen."""
+    run(python, "-m", "ruff", "check", ".")
+    run(python, "-m", "ruff", "format", "--check", ".")
+    lint_imports = shutil.which("lint-imports", path=str(python.parent))
+    if lint_imports is None:
+        raise SetupError(
+            f"lint-imports is missing from {python.parent}: reinstall with `{python} -m pip install -e .[test]`"
+        )
+    run(lint_imports, "--no-cache")
+    run(python, REPO / "tests" / "lint" / "long_functions.py", "60")
+
+
+def serve(python: Path, host: str, port: int) -> int:
+    run(python, "manage.py", "migrate", "--no-input", "-v0")
+    run(python, "manage.py", "token", "ensure")
+    return subprocess.call([str(python), "manage.py", "runbridge", "--host", host, "--port", str(port)], cwd=REPO)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bridge.bootstrap", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve_args = sub.add_parser("run", help="set up, then serve on http://HOST:PORT/ with the supervisor")
+    serve_args.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    serve_args.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8800")))
+    test_args = sub.add_parser("test", help="set up everything the tests need, lint, and run the whole suite")
+    test_args.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed on to pytest")
+    sub.add_parser("lint", help="ruff, the import-linter contracts and the function-length check")
+    sub.add_parser("tools", help="the pinned agent CLIs, the MCP Inspector and chromium for the tests")
+    sub.add_parser("bench", help="the benchmarks (not part of the tests)")
+    args = parser.parse_args(argv)
+    try:
+        return dispatch(args)
+    except SetupError as exc:
+        say(str(exc))
+        return 1
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    python = ensure_venv()
+    if args.command == "run":
+        ensure_installed(python, RUN_EXTRAS)
+        return serve(python, args.host, args.port)
+    ensure_installed(python, TEST_EXTRAS)
+    if args.command == "tools":
+        tools()
+    elif args.command == "lint":
+        lint(python)
+    elif args.command == "test":
+        tools()
+        lint(python)
+        return subprocess.call([str(python), "-m", "pytest", *args.pytest_args], cwd=REPO)
+    elif args.command == "bench":
+        hermes_cli()
+        for script in ("run.py", "mcp_first_output.py"):
+            run(python, REPO / "tests" / "bench" / script)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
