@@ -170,13 +170,18 @@ BRIDGE_CLAUDE_BIN = os.environ.get("BRIDGE_CLAUDE_BIN", "claude")
 BRIDGE_CLAUDE_PARTIAL = env_bool("BRIDGE_CLAUDE_PARTIAL", True)
 BRIDGE_MAX_CONCURRENT = env_int("BRIDGE_MAX_CONCURRENT", 3, minimum=1)
 BRIDGE_MAX_QUEUED = env_int("BRIDGE_MAX_QUEUED", 1000, minimum=1)
-BRIDGE_TASK_TIMEOUT_S = env_int("BRIDGE_TASK_TIMEOUT_S", 1800, minimum=1)
+# A task's wall-time limit when it names none; 0 means no limit (hbridge's default). Explicit limits stay capped.
+BRIDGE_TASK_TIMEOUT_S = env_int("BRIDGE_TASK_TIMEOUT_S", 1800, minimum=0)
 BRIDGE_PERMISSION_TIMEOUT_S = env_int("BRIDGE_PERMISSION_TIMEOUT_S", 600, minimum=1)
 BRIDGE_MAX_PROMPT_BYTES = env_int("BRIDGE_MAX_PROMPT_BYTES", 256 * 1024, minimum=1)
 BRIDGE_MAX_LINE_BYTES = env_int("BRIDGE_MAX_LINE_BYTES", 4 * 1024 * 1024, minimum=1024)
 BRIDGE_MAX_OUTPUT_BYTES = env_int("BRIDGE_MAX_OUTPUT_BYTES", 64 * 1024 * 1024, minimum=1024)
 BRIDGE_STDERR_TAIL_BYTES = env_int("BRIDGE_STDERR_TAIL_BYTES", 64 * 1024, minimum=1024)
 BRIDGE_KILL_GRACE_S = env_int("BRIDGE_KILL_GRACE_S", 5, minimum=0)
+# How agents are started and stopped (jobs/processes): auto = the OS's own backend; portable = psutil only.
+BRIDGE_PROCESS_BACKEND = os.environ.get("BRIDGE_PROCESS_BACKEND", "auto").strip() or "auto"
+if BRIDGE_PROCESS_BACKEND not in ("auto", "posix", "portable", "windows"):
+    raise SystemExit(f"BRIDGE_PROCESS_BACKEND={BRIDGE_PROCESS_BACKEND!r} must be auto, posix, portable or windows")
 BRIDGE_DRAIN_S = env_int("BRIDGE_DRAIN_S", 30, minimum=0)
 BRIDGE_POLL_S = env_float("BRIDGE_POLL_S", 0.5, minimum=0.05)
 BRIDGE_SSE_HEARTBEAT_S = env_int("BRIDGE_SSE_HEARTBEAT_S", 15, minimum=1)

@@ -1,6 +1,7 @@
 """Confinement: a task's working directory must resolve (symlinks included) inside an allowed root."""
 
-from pathlib import Path
+import os
+from pathlib import Path, PurePath
 
 from django.conf import settings
 
@@ -11,8 +12,24 @@ def allowed_roots() -> list[Path]:
     return [root.resolve() for root in settings.BRIDGE_ALLOWED_ROOTS]
 
 
-def is_inside(path: Path, roots: list[Path]) -> bool:
-    return any(path == root or root in path.parents for root in roots)
+def is_inside(path: PurePath, roots: list[PurePath]) -> bool:
+    """Whether `path` is a root or lies below one, by the file system's own rules.
+
+    Paths compare by their platform's rules first (on Windows, drive letters and names case-insensitively). Then,
+    for folders that exist, by identity: on a case-insensitive file system (macOS by default) `/Users/Me/Work` and
+    `/Users/me/work` are one folder, and the device and inode numbers say so where the names do not."""
+    if any(path == root or root in path.parents for root in roots):
+        return True
+    root_ids = {_identity(root) for root in roots} - {None}
+    return bool(root_ids) and any(_identity(folder) in root_ids for folder in (path, *path.parents))
+
+
+def _identity(path: PurePath) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 def resolve_cwd(raw: str | None) -> Path:

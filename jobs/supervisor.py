@@ -6,24 +6,18 @@ signal fires when the *thread* that forked the child ends. Each child leads its 
 reaches whatever the agent started too.
 """
 
-import contextlib
-import ctypes
 import logging
-import os
 import queue
-import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
 from enum import Enum
 
-import psutil
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
 
-from jobs import actions, doorbell
+from jobs import actions, doorbell, processes
 from jobs.errors import Conflict
 from jobs.models import PermissionRequest, Task
 from jobs.runners import runner_for
@@ -39,43 +33,6 @@ BATCH_LINES = 500
 HEARTBEAT_S = 5.0
 ORPHAN_SCAN_S = 30.0
 EXIT_DRAIN_S = 5.0  # after the child exits, how long to wait for the end of its stdout (a grandchild may hold it)
-PR_SET_PDEATHSIG = 1
-
-_libc = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
-
-
-# --- process control: the only code that spawns or signals processes --------------------------------------------
-def _die_with_parent() -> None:
-    """Runs in the child before exec: ask Linux to SIGKILL it when the spawning thread dies."""
-    if _libc is not None:
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def start_group(argv: list[str], cwd: str, env: dict[str, str], with_stdin: bool) -> subprocess.Popen:
-    """Start a child as the leader of its own process group, so a signal to the group reaches what it starts too."""
-    return subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=_die_with_parent if _libc is not None else None,
-    )
-
-
-def process_create_time(pid: int) -> float:
-    """When the process started: with the pid, it tells a later check whether the pid still means this process."""
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.NoSuchProcess:
-        return time.time()
-
-
-def kill_group(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
 
 
 # --- plain data for the runners ---------------------------------------------------------------------------------
@@ -180,6 +137,7 @@ class TaskRun(threading.Thread):
         self.task = task
         self.inbox: queue.Queue = queue.Queue(maxsize=INBOX_SIZE)
         self.proc: subprocess.Popen | None = None
+        self.create_time: float | None = None  # with the pid, names the agent even after its pid is reused
         self.runner: Runner | None = None
         self.stderr: TailReader | None = None
         self.pending: list[tuple[str, dict]] = []
@@ -207,9 +165,11 @@ class TaskRun(threading.Thread):
         except Exception as exc:
             log.exception("task %s: supervisor error", self.task.public_id)
             if self.proc is not None:
-                kill_group(self.proc.pid, signal.SIGKILL)
+                processes.kill_tree(self.proc.pid, self.create_time)
             actions.finish_task(self.task, status=Status.FAILED, error=f"Bridge failed while running it: {exc!r}")
         finally:
+            if self.proc is not None:  # after the end is recorded: what left the agent's group, wherever it went
+                processes.kill_tagged(str(self.task.public_id))
             unsubscribe()
             connection.close()
             self.supervisor.wake()
@@ -227,15 +187,18 @@ class TaskRun(threading.Thread):
         """Start the child and its readers; False when it could not start (then the task is recorded as failed)."""
         argv = self.runner.argv()
         try:
-            self.proc = start_group(argv, self.task.cwd, self.runner.env(), self.runner.uses_stdin)
+            env, with_stdin, tag = self.runner.env(), self.runner.uses_stdin, str(self.task.public_id)
+            self.proc = processes.spawn(argv, cwd=self.task.cwd, env=env, stdin_pipe=with_stdin, tag=tag)
         except OSError as exc:
             error = f"could not start {argv[0]!r}: {exc.strerror or exc}"
             if self.runner.executable_setting:
                 error += f" (the executable is set by {self.runner.executable_setting})"
             actions.finish_task(self.task, status=Status.FAILED, error=error)
             return False
-        self.deadline = time.monotonic() + self.task.timeout_s
-        actions.mark_spawned(self.task, self.proc.pid, process_create_time(self.proc.pid), argv)
+        # no timeout_s: the operator set no limit (BRIDGE_TASK_TIMEOUT_S=0), so the clock never stops it
+        self.deadline = time.monotonic() + self.task.timeout_s if self.task.timeout_s else float("inf")
+        self.create_time = processes.process_identity(self.proc.pid) or time.time()
+        actions.mark_spawned(self.task, self.proc.pid, self.create_time, argv)
         LineReader(self.proc.stdout, self.inbox, settings.BRIDGE_MAX_LINE_BYTES).start()
         self.stderr = TailReader(self.proc.stderr, settings.BRIDGE_STDERR_TAIL_BYTES)
         self.stderr.start()
@@ -304,7 +267,7 @@ class TaskRun(threading.Thread):
             return False
         if self.exited_at is None:
             self.exited_at = now
-            kill_group(self.proc.pid, signal.SIGKILL)  # whatever the agent left behind dies with it
+            processes.kill_tree(self.proc.pid, self.create_time)  # whatever the agent left behind dies with it
         return self.eof or now - self.exited_at > EXIT_DRAIN_S
 
     def _write(self, line: bytes) -> None:
@@ -402,7 +365,7 @@ class TaskRun(threading.Thread):
         """The task was ended elsewhere (a peer found this supervisor's heartbeat stale and marked it orphaned):
         its record is closed, so the agent is stopped at once and nothing more is written."""
         log.warning("task %s is %s elsewhere; killing its agent", self.task.public_id, status)
-        kill_group(self.proc.pid, signal.SIGKILL)
+        processes.kill_tree(self.proc.pid, self.create_time)
         self.pending = []
         self.abandoned = True
 
@@ -419,7 +382,7 @@ class TaskRun(threading.Thread):
             # The agent already said how it ended; that outcome stands, only its process still has to go.
             self.stopping = Stopping(reason=reason, status=None, started=time.monotonic())
             self.pending.append(("stopping", {"reason": reason, "after_result": True}))
-            self._signal(signal.SIGTERM)
+            self._signal(StopStep.SIGTERM)
             return
         self.stopping = Stopping(reason=reason, status=status, started=time.monotonic())
         self.pending.append(("stopping", {"status": status, "reason": reason}))
@@ -427,21 +390,25 @@ class TaskRun(threading.Thread):
         for line in lines:
             self._write(line)
         if not lines:
-            self._signal(signal.SIGTERM)
+            self._signal(StopStep.SIGTERM)
 
     def _escalate(self, now: float) -> None:
         """SIGTERM BRIDGE_KILL_GRACE_S after the stop began, SIGKILL at twice that: an agent may not ignore a stop."""
         grace = settings.BRIDGE_KILL_GRACE_S
         elapsed = now - self.stopping.started
         if self.stopping.step is StopStep.ASKED and elapsed >= grace:
-            self._signal(signal.SIGTERM)
+            self._signal(StopStep.SIGTERM)
         elif self.stopping.step is StopStep.SIGTERM and elapsed >= 2 * grace:
-            self._signal(signal.SIGKILL)
+            self._signal(StopStep.SIGKILL)
 
-    def _signal(self, sig: signal.Signals) -> None:
-        self.stopping.step = StopStep[sig.name]
-        self.pending.append(("signal", {"signal": sig.name}))
-        kill_group(self.proc.pid, sig)
+    def _signal(self, step: StopStep) -> None:
+        """Terminate, then kill, the agent with everything it started (named by the POSIX signals on every OS)."""
+        self.stopping.step = step
+        self.pending.append(("signal", {"signal": step.value}))
+        if step is StopStep.SIGKILL:
+            processes.kill_tree(self.proc.pid, self.create_time)
+        else:
+            processes.terminate_tree(self.proc.pid, self.create_time)
 
 
 class Supervisor:
@@ -553,10 +520,12 @@ class Supervisor:
             if (
                 task.worker
                 and task.worker.host == self.worker.host
-                and actions.process_matches(task.pid, task.process_create_time)
+                and processes.same_process(task.pid, task.process_create_time)
             ):
-                kill_group(task.pid, signal.SIGKILL)
+                processes.kill_tree(task.pid, task.process_create_time)
                 reason += "; the agent process was still alive and has been killed"
+            if task.worker and task.worker.host == self.worker.host:
+                processes.kill_tagged(str(task.public_id))  # what the agent started, wherever it was re-parented
             actions.mark_orphaned(task, reason + ". Nothing was re-run.")
             log.warning("task %s orphaned: %s", task.public_id, reason)
 

@@ -20,6 +20,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True, params=["posix", "portable"])
+def process_backend(request, settings) -> str:
+    """Every supervisor test runs on both: the POSIX backend, and the psutil-only one whose logic Windows shares."""
+    settings.BRIDGE_PROCESS_BACKEND = request.param
+    return request.param
+
+
 def assert_gone(pid: int) -> None:
     try:
         psutil.Process(pid).wait(timeout=5)
@@ -267,6 +274,7 @@ def supervise_process(settings, extra_env: dict | None = None) -> subprocess.Pop
         "BRIDGE_CLAUDE_BIN": settings.BRIDGE_CLAUDE_BIN,
         "BRIDGE_ALLOWED_ROOTS": str(settings.BRIDGE_ALLOWED_ROOTS[0]),
         "BRIDGE_KILL_GRACE_S": "1",
+        "BRIDGE_PROCESS_BACKEND": settings.BRIDGE_PROCESS_BACKEND,
         **(extra_env or {}),
     }
     return subprocess.Popen(
@@ -330,3 +338,48 @@ def test_a_supervisor_without_a_database_says_why_and_exits(tmp_path):
     )
     assert run.returncode == 1
     assert "could not start" in run.stderr and "migrate" in run.stderr
+
+
+# --- whatever the agent started dies with it ------------------------------------------------------------------
+
+GRANDCHILDREN = "spawn-child\nspawn-escapee\nsay ready\nsleep 60"
+
+
+def grandchildren(task: Task) -> list[int]:
+    """The pids the fake agent reported for its grandchild in its group and the one that left it (setsid)."""
+    texts = [e.data["text"] for e in actions.events_since(task) if e.kind == "text"]
+    return [int(text.split()[1]) for text in texts if text.split()[0] in ("child", "escapee")]
+
+
+@pytest.mark.parametrize("how", ["cancel", "timeout"])
+def test_a_stopped_agent_takes_every_grandchild_with_it(supervisor, how):
+    task = make_task(GRANDCHILDREN, timeout_s=3 if how == "timeout" else None)
+    task = wait_for(task, has_event("text", text="ready"))
+    pids = grandchildren(task)
+    assert len(pids) == 2 and all(psutil.pid_exists(pid) for pid in pids)
+    if how == "cancel":
+        actions.request_cancel(task)
+    task = wait_for(task)
+    assert task.status == {"cancel": Status.CANCELLED, "timeout": Status.TIMEOUT}[how]
+    for pid in pids:
+        assert_gone(pid)
+
+
+def test_a_killed_supervisor_leaves_no_grandchild_behind(transactional_db, work_root, fake_agent, settings):
+    proc = supervise_process(settings)
+    try:
+        task = wait_for(make_task(GRANDCHILDREN), has_event("text", text="ready"))
+        pids = grandchildren(task)
+        assert len(pids) == 2 and all(psutil.pid_exists(pid) for pid in pids)
+        proc.kill()
+        proc.wait()
+    finally:
+        proc.kill()
+    from jobs.supervisor import Supervisor
+
+    restarted = Supervisor()
+    restarted.worker = actions.register_worker(1)
+    restarted.reap_orphans()
+    for pid in [task.pid, *pids]:
+        assert_gone(pid)
+    assert Task.objects.get(pk=task.pk).status == Status.ORPHANED

@@ -17,6 +17,7 @@ floods, signals) fast and deterministic. The prompt is a small script, one comma
     env NAME                 an assistant text block with the value of environment variable NAME (or <unset>)
     stamp COUNT INTERVAL     COUNT text blocks "stamp <time.time()>", INTERVAL seconds apart (for benchmarks)
     spawn-child              start a grandchild `sleep 300` in the same process group, print its pid
+    spawn-escapee            start a grandchild `sleep 300` that leaves the process group (setsid), print its pid
     error TEXT               end with an is_error result (like an API failure)
 
 After the script: a success `result` line, then (like the real CLI) it waits for stdin to close and exits 0.
@@ -29,6 +30,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -166,6 +168,22 @@ def interruptible_sleep(seconds: float) -> None:
         handle_control(message)
 
 
+COST_PER_RUN = 0.0123
+
+
+def running_cost() -> float:
+    """Like the real CLI, total_cost_usd is the session's running total across --resume (tests/fakes/NOTES.md)."""
+    path = os.path.join(tempfile.gettempdir(), "bridge-fake-claude", f"{SESSION}.cost")
+    before = 0.0
+    if "--resume" in sys.argv and os.path.exists(path):
+        with open(path) as f:
+            before = float(f.read())
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(repr(before + COST_PER_RUN))
+    return before + COST_PER_RUN
+
+
 def result(is_error: bool, text: str, subtype: str = "success") -> None:
     emit(
         {
@@ -175,7 +193,7 @@ def result(is_error: bool, text: str, subtype: str = "success") -> None:
             "result": text,
             "session_id": SESSION,
             "num_turns": 1,
-            "total_cost_usd": 0.0123,
+            "total_cost_usd": running_cost(),
             "usage": {
                 "input_tokens": 100,
                 "output_tokens": 50,
@@ -235,6 +253,9 @@ def run_script(prompt: str) -> None:
         elif command == "spawn-child":
             child = subprocess.Popen(["sleep", "300"])
             assistant_text(f"child {child.pid}")
+        elif command == "spawn-escapee":
+            child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+            assistant_text(f"escapee {child.pid}")
         elif command == "error":
             result(True, rest)
             return

@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from twisted.internet import reactor
 
 from bridge.asgi import application
+from jobs import processes
 from jobs.auth import login_link_path
 from jobs.supervisor import Supervisor
 
@@ -23,7 +24,7 @@ log = logging.getLogger("jobs")
 
 
 class Command(BaseCommand):
-    help = "Serve Bridge on 127.0.0.1 and run its tasks. SIGTERM/Ctrl-C: stop serving, drain tasks, exit."
+    help = "Serve Bridge on 127.0.0.1 and run its tasks. SIGTERM, Ctrl-C or Ctrl-Break: stop serving, drain, exit."
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -48,11 +49,12 @@ class Command(BaseCommand):
             verbosity=0,
             ready_callable=lambda: reactor.callWhenRunning(self._announce, server),
         )
-        server.run()
+        server.run()  # Twisted stops it on SIGINT, SIGTERM and (Windows) Ctrl-Break
         if supervisor is not None:
-            self.stderr.write("Bridge: stopped serving; draining running tasks…")
-            supervisor.request_stop()
-            thread.join()
+            self.stderr.write("Bridge: stopped serving; draining running tasks (Ctrl-C again stops at once)…")
+            with processes.on_stop_signals(lambda name: None):
+                supervisor.request_stop()
+                thread.join()
 
     def _login_link(self) -> str:
         """A link for the first superuser; on a fresh install, one named 'admin' without a password is made."""

@@ -1,0 +1,124 @@
+"""Process control for the supervisor: start an agent, interrupt it, stop it with everything it started, on any OS.
+
+Nothing outside this package touches os.killpg, signal.SIGKILL, prctl or Win32. The backend comes from the
+BRIDGE_PROCESS_BACKEND setting: "auto" (Windows on Windows, POSIX elsewhere), "posix", "portable" (psutil only,
+the logic Windows shares; selectable on Linux to exercise it) or "windows".
+
+Agents are named by pid and create time (`process_identity`), because pids are reused: terminate_tree and kill_tree
+walk a tree only if its root is still that process. Escalation is the caller's: interrupt, then terminate_tree,
+then kill_tree; and kill_tree once more after the agent exits, for whatever it left behind.
+"""
+
+import contextlib
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+
+from jobs.processes.portable import Cwd, Env, PortableBackend
+from jobs.processes.posix import PosixBackend
+from jobs.processes.tree import process_identity, same_process
+from jobs.processes.watchdog import Watchdog
+from jobs.processes.windows import Win32, WindowsBackend
+
+__all__ = [
+    "PortableBackend",
+    "PosixBackend",
+    "Watchdog",
+    "Win32",
+    "WindowsBackend",
+    "get_backend",
+    "interrupt",
+    "kill_tagged",
+    "on_stop_signals",
+    "stop_signals",
+    "kill_tree",
+    "process_identity",
+    "same_process",
+    "spawn",
+    "terminate_tree",
+]
+
+BACKEND_NAMES = ("auto", "posix", "portable", "windows")
+WATCHDOG = Watchdog()
+_backends: dict[str, PortableBackend] = {}
+_lock = threading.Lock()
+
+
+def get_backend(name: str | None = None) -> PortableBackend:
+    """The backend by name, or as BRIDGE_PROCESS_BACKEND says; one instance each (Windows keeps its job handles)."""
+    if name is None:
+        from django.conf import settings  # here, not at the top: the watchdog sidecar imports this package
+
+        name = getattr(settings, "BRIDGE_PROCESS_BACKEND", "auto")
+    if name not in BACKEND_NAMES:
+        raise ValueError(f"BRIDGE_PROCESS_BACKEND={name!r} must be one of {', '.join(BACKEND_NAMES)}")
+    if name == "auto":
+        name = "windows" if sys.platform == "win32" else "posix"
+    with _lock:
+        if name not in _backends:
+            _backends[name] = _make(name)
+        return _backends[name]
+
+
+def _make(name: str) -> PortableBackend:
+    if name == "windows":
+        return WindowsBackend()
+    if name == "posix":
+        return PosixBackend(watchdog=WATCHDOG)
+    return PortableBackend(watchdog=WATCHDOG)
+
+
+def spawn(argv: Sequence[str], *, cwd: Cwd, env: Env, stdin_pipe: bool, tag: str | None = None) -> subprocess.Popen:
+    """Start an agent: stdout and stderr piped, stdin piped or /dev/null, its own group, dying with the supervisor.
+    `tag` (e.g. the task's id) is inherited by everything the agent starts, so kill_tagged finds it all later.
+
+    Raises OSError when it cannot start (FileNotFoundError for a missing program), as Popen does."""
+    return get_backend().spawn(argv, cwd=cwd, env=env, stdin_pipe=stdin_pipe, tag=tag)
+
+
+def interrupt(pid: int) -> None:
+    """The agent's own interrupt: SIGINT to its group on POSIX, CTRL_BREAK_EVENT on Windows."""
+    get_backend().interrupt(pid)
+
+
+def terminate_tree(pid: int, create_time: float | None) -> None:
+    """Ask the agent and all its descendants to end (SIGTERM on POSIX; on Windows this already ends them)."""
+    get_backend().terminate_tree(pid, create_time)
+
+
+def kill_tree(pid: int, create_time: float | None) -> None:
+    """Kill the agent and all its descendants, those that called setsid included."""
+    get_backend().kill_tree(pid, create_time)
+
+
+def kill_tagged(tag: str) -> None:
+    """Kill whatever still carries a spawn tag: an agent's descendants after the agent itself is gone."""
+    get_backend().kill_tagged(tag)
+
+
+def stop_signals() -> list[signal.Signals]:
+    """The signals that ask a server to stop: Ctrl+C and SIGTERM, and Ctrl+Break where there is one (Windows)."""
+    return [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGBREAK") if hasattr(signal, name)]
+
+
+@contextlib.contextmanager
+def on_stop_signals(stop: Callable[[str], None]) -> Iterator[None]:
+    """While inside: the first stop signal calls `stop(name)` (which should begin a graceful stop); a second one
+    raises KeyboardInterrupt to force the exit. The handlers in place before are restored on the way out."""
+    received: list[str] = []
+
+    def handle(signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        received.append(name)
+        if len(received) > 1:
+            raise KeyboardInterrupt(f"{name} again: stopping now")
+        stop(name)
+
+    previous = {sig: signal.signal(sig, handle) for sig in stop_signals()}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

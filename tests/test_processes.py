@@ -1,0 +1,456 @@
+"""Process control: whole trees die, interrupts arrive, escalation works, agents die with their supervisor.
+
+The POSIX and portable backends run real process trees; the Windows backend runs with its Win32 calls recorded.
+Every wait is on something the processes say or on their exit, never a sleep.
+"""
+
+import ctypes
+import itertools
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import psutil
+import pytest
+
+from jobs import processes
+from jobs.processes import PortableBackend, PosixBackend, Watchdog, WindowsBackend, process_identity, same_process
+from jobs.processes.tree import freeze, snapshot
+from jobs.processes.windows import (
+    CREATE_NEW_PROCESS_GROUP,
+    CTRL_BREAK_EVENT,
+    JOB_OBJECT_EXTENDED_LIMIT_INFORMATION,
+    JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+    ExtendedLimitInformation,
+)
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "killpg"), reason="the process trees here use POSIX signals")
+
+REPO = Path(__file__).resolve().parent.parent
+LINUX = sys.platform.startswith("linux")
+WAIT_S = 10
+
+# root starts a leaf and a leaf that calls setsid; each reports SIGTERM and SIGINT instead of dying.
+TREE = r"""
+import os, signal, subprocess, sys
+
+def say(line):
+    os.write(1, f"{line} {os.getpid()}\n".encode())  # one write, so lines from the three never interleave
+
+def report(sig, frame):
+    say(signal.Signals(sig).name)
+
+signal.signal(signal.SIGTERM, report)
+signal.signal(signal.SIGINT, report)
+if sys.argv[1] == "setsid-leaf":
+    os.setsid()
+if sys.argv[1] == "root":
+    for role in ("leaf", "setsid-leaf"):
+        subprocess.Popen([sys.executable, __file__, role])
+say("ready")
+while True:
+    signal.pause()
+"""
+
+# Starts the tree with a backend, passes its three "ready" lines on, then waits to be killed.
+INTERMEDIATE = """
+import sys
+from jobs.processes import PortableBackend, PosixBackend, Watchdog
+
+kind, script = sys.argv[1], sys.argv[2]
+backend = {
+    "posix-setpriv": lambda: PosixBackend(pdeathsig="setpriv"),
+    "posix-prctl": lambda: PosixBackend(pdeathsig="prctl"),
+    "posix-watchdog": lambda: PosixBackend(watchdog=Watchdog()),
+    "portable-watchdog": lambda: PortableBackend(watchdog=Watchdog()),
+}[kind]()
+proc = backend.spawn([sys.executable, script, "root"], cwd=None, env=None, stdin_pipe=False)
+for _ in range(3):
+    sys.stdout.write(proc.stdout.readline().decode())
+sys.stdout.flush()
+sys.stdin.read()
+"""
+
+
+class Lines:
+    """Reads a child's output line by line with a deadline, so a missing line fails the test instead of hanging."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.fd = stream.fileno()
+        self.buffer = b""
+
+    def next(self) -> str:
+        deadline = time.monotonic() + WAIT_S
+        while b"\n" not in self.buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([self.fd], [], [], remaining)[0]:
+                pytest.fail(f"no line within {WAIT_S} s (so far: {self.buffer!r})")
+            chunk = os.read(self.fd, 4096)
+            if not chunk:
+                pytest.fail(f"output ended without a line (so far: {self.buffer!r})")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode()
+
+    def wait_for(self, expected: set[str]) -> None:
+        missing = set(expected)
+        while missing:
+            missing.discard(self.next())
+
+
+@dataclass
+class Tree:
+    proc: subprocess.Popen
+    lines: Lines
+    root: psutil.Process
+    leaf: psutil.Process
+    setsid_leaf: psutil.Process
+
+    @property
+    def members(self) -> list[psutil.Process]:
+        return [self.root, self.leaf, self.setsid_leaf]
+
+    @property
+    def create_time(self) -> float:
+        return self.root.create_time()
+
+
+def read_tree(proc: subprocess.Popen, lines: Lines) -> Tree:
+    """Wait for the three "ready" lines; the root is the one whose parent is not in the tree."""
+    procs = [psutil.Process(int(lines.next().split()[1])) for _ in range(3)]
+    pids = {p.pid for p in procs}
+    (root,) = [p for p in procs if p.ppid() not in pids]
+    (setsid_leaf,) = [p for p in procs if p is not root and os.getsid(p.pid) == p.pid]
+    (leaf,) = [p for p in procs if p not in (root, setsid_leaf)]
+    return Tree(proc, lines, root, leaf, setsid_leaf)
+
+
+@pytest.fixture
+def leftovers():
+    """Kills whatever a test left alive, so a failure does not leak processes into the next test."""
+    procs: list[psutil.Process] = []
+    yield procs
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=WAIT_S)
+
+
+@pytest.fixture
+def tree_script(tmp_path) -> Path:
+    path = tmp_path / "tree.py"
+    path.write_text(TREE)
+    return path
+
+
+@pytest.fixture
+def start_tree(tree_script, leftovers):
+    def start(backend: PortableBackend) -> Tree:
+        proc = backend.spawn(
+            [sys.executable, str(tree_script), "root"], cwd=tree_script.parent, env=None, stdin_pipe=False
+        )
+        lines = Lines(proc.stdout)
+        leftovers.append(psutil.Process(proc.pid))
+        tree = read_tree(proc, lines)
+        assert tree.root.pid == proc.pid
+        leftovers.extend([tree.leaf, tree.setsid_leaf])
+        return tree
+
+    return start
+
+
+@pytest.fixture(params=["posix", "portable"])
+def backend(request) -> PortableBackend:
+    return PosixBackend() if request.param == "posix" else PortableBackend()
+
+
+def assert_all_dead(procs: list[psutil.Process]) -> None:
+    _, alive = psutil.wait_procs(procs, timeout=WAIT_S)
+    assert alive == [], f"still alive: {alive}"
+
+
+def test_kill_tree_kills_children_and_grandchildren_that_called_setsid(backend, start_tree):
+    tree = start_tree(backend)
+    backend.kill_tree(tree.root.pid, tree.create_time)
+    assert_all_dead(tree.members)
+
+
+def test_interrupt_delivers_sigint_to_the_agent(backend, start_tree):
+    tree = start_tree(backend)
+    backend.interrupt(tree.root.pid)
+    expected = {f"SIGINT {tree.root.pid}"}
+    if backend.kills_groups:
+        expected.add(f"SIGINT {tree.leaf.pid}")  # a terminal's Ctrl-C reaches the whole foreground group
+    tree.lines.wait_for(expected)
+
+
+def test_terminate_reaches_the_whole_tree_then_kill_ends_what_ignored_it(backend, start_tree):
+    tree = start_tree(backend)
+    backend.terminate_tree(tree.root.pid, tree.create_time)
+    tree.lines.wait_for({f"SIGTERM {proc.pid}" for proc in tree.members})
+    assert all(proc.status() != psutil.STATUS_ZOMBIE for proc in tree.members), "SIGTERM is trapped: none may end"
+    backend.kill_tree(tree.root.pid, tree.create_time)
+    assert_all_dead(tree.members)
+
+
+def test_kill_tree_after_the_agent_exited_still_reaches_its_group(start_tree):
+    """The supervisor's clean-up after an agent's exit: its pid is reaped, its group is not."""
+    backend = PosixBackend()
+    tree = start_tree(backend)
+    create_time = tree.create_time
+    tree.root.kill()
+    tree.proc.wait()
+    backend.kill_tree(tree.root.pid, create_time)
+    assert_all_dead([tree.leaf])
+
+
+def test_a_reused_pid_is_not_walked(backend, start_tree):
+    tree = start_tree(backend)
+    assert [p.pid for p in snapshot(tree.root.pid, tree.create_time)][-1] == tree.root.pid
+    assert snapshot(tree.root.pid, tree.create_time + 1) == []
+    assert freeze(tree.root.pid, tree.create_time + 1) == []
+    assert tree.root.status() != psutil.STATUS_STOPPED
+
+
+@pytest.mark.parametrize("program", ["no-such-program-for-bridge", "./tree.py"])
+def test_a_program_that_cannot_start_raises_as_popen_would(backend, tree_script, program):
+    tree_script.chmod(0o644)
+    error = FileNotFoundError if program.startswith("no-such") else PermissionError
+    with pytest.raises(error) as raised:
+        backend.spawn([program], cwd=tree_script.parent, env=None, stdin_pipe=False)
+    assert raised.value.strerror
+
+
+def test_same_process_compares_pid_and_create_time():
+    me = os.getpid()
+    create_time = process_identity(me)
+    assert create_time is not None
+    assert same_process(me, create_time)
+    assert same_process(me, create_time + 0.005)
+    assert not same_process(me, create_time + 1), "same pid, later create time: a reused pid"
+    assert not same_process(None, create_time)
+    assert not same_process(me, None)
+
+
+def test_same_process_is_false_once_the_process_is_gone():
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    create_time = process_identity(proc.pid)
+    assert same_process(proc.pid, create_time)
+    proc.stdin.close()
+    proc.wait()
+    assert process_identity(proc.pid) is None
+    assert not same_process(proc.pid, create_time)
+
+
+@pytest.mark.parametrize(
+    "kind, must_die",
+    [
+        pytest.param("posix-setpriv", ["root"], marks=pytest.mark.skipif(not LINUX, reason="Linux pdeathsig")),
+        pytest.param("posix-prctl", ["root"], marks=pytest.mark.skipif(not LINUX, reason="Linux pdeathsig")),
+        ("posix-watchdog", ["root", "leaf"]),
+        ("portable-watchdog", ["root", "leaf", "setsid_leaf"]),
+    ],
+)
+def test_agents_die_when_their_supervisor_is_killed(tree_script, leftovers, kind, must_die):
+    intermediate = subprocess.Popen(
+        [sys.executable, "-c", INTERMEDIATE, kind, str(tree_script)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    leftovers.append(psutil.Process(intermediate.pid))
+    lines = Lines(intermediate.stdout)
+    tree = read_tree(intermediate, lines)
+    assert tree.root.ppid() == intermediate.pid
+    leftovers.extend(tree.members)
+    intermediate.kill()
+    intermediate.wait()
+    assert_all_dead([getattr(tree, name) for name in must_die])
+
+
+def test_watchdog_kills_what_it_watches_when_our_end_closes_even_after_a_restart(leftovers):
+    watchdog = Watchdog()
+    sleepers = [psutil.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)]
+    leftovers.extend(sleepers)
+    watchdog.watch(sleepers[0].pid, sleepers[0].create_time(), group=False)
+    first = psutil.Process(watchdog.pid)
+    first.kill()
+    first.wait(WAIT_S)
+    sleepers.append(psutil.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE))
+    leftovers.append(sleepers[1])
+    watchdog.watch(sleepers[1].pid, sleepers[1].create_time(), group=False)
+    assert watchdog.pid not in (None, first.pid)
+    watchdog.close()
+    assert_all_dead(sleepers)
+
+
+@pytest.mark.parametrize("name, expected", [("posix", PosixBackend), ("portable", PortableBackend)])
+def test_the_setting_selects_the_backend(settings, name, expected):
+    settings.BRIDGE_PROCESS_BACKEND = name
+    assert type(processes.get_backend()) is expected
+    assert processes.get_backend() is processes.get_backend(name)
+
+
+def test_auto_picks_the_platform_backend(settings):
+    settings.BRIDGE_PROCESS_BACKEND = "auto"
+    assert type(processes.get_backend()) is (WindowsBackend if sys.platform == "win32" else PosixBackend)
+
+
+def test_an_unknown_backend_is_refused(settings):
+    settings.BRIDGE_PROCESS_BACKEND = "threads"
+    with pytest.raises(ValueError, match="BRIDGE_PROCESS_BACKEND='threads'"):
+        processes.get_backend()
+
+
+def test_module_functions_use_the_selected_backend(settings, tree_script, leftovers):
+    settings.BRIDGE_PROCESS_BACKEND = "portable"
+    proc = processes.spawn([sys.executable, str(tree_script), "root"], cwd=None, env=None, stdin_pipe=False)
+    leftovers.append(psutil.Process(proc.pid))
+    tree = read_tree(proc, Lines(proc.stdout))
+    leftovers.extend(tree.members)
+    processes.kill_tree(tree.root.pid, tree.create_time)
+    assert_all_dead(tree.members)
+
+
+# --- Windows, with the Win32 boundary recorded ---------------------------------------------------------------------
+
+
+class RecordingWin32:
+    """Stands in for `Win32`: records each call in a shared log and hands out made-up handles."""
+
+    def __init__(self, log: list[tuple]) -> None:
+        self.log = log
+        self.handles = itertools.count(1000)
+        self.fail_assign = False
+
+    def CreateJobObjectW(self) -> int:
+        job = next(self.handles)
+        self.log.append(("CreateJobObjectW", job))
+        return job
+
+    def SetInformationJobObject(self, job: int, info_class: int, info: ExtendedLimitInformation) -> None:
+        self.log.append(("SetInformationJobObject", job, info_class, info.BasicLimitInformation.LimitFlags))
+
+    def OpenProcess(self, access: int, pid: int) -> int:
+        handle = next(self.handles)
+        self.log.append(("OpenProcess", access, pid, handle))
+        return handle
+
+    def AssignProcessToJobObject(self, job: int, process: int) -> None:
+        self.log.append(("AssignProcessToJobObject", job, process))
+        if self.fail_assign:
+            raise OSError(5, "Access is denied")
+
+    def TerminateJobObject(self, job: int, exit_code: int) -> None:
+        self.log.append(("TerminateJobObject", job))
+
+    def CloseHandle(self, handle: int) -> None:
+        self.log.append(("CloseHandle", handle))
+
+    def GenerateConsoleCtrlEvent(self, event: int, process_group: int) -> None:
+        self.log.append(("GenerateConsoleCtrlEvent", event, process_group))
+
+
+class RecordingPopen:
+    """Records Popen's arguments, then starts the process for real without creationflags (POSIX refuses them)."""
+
+    def __init__(self) -> None:
+        self.kwargs: list[dict] = []
+
+    def __call__(self, argv: list[str], **kwargs) -> subprocess.Popen:
+        self.kwargs.append(dict(kwargs))
+        kwargs.pop("creationflags")
+        return subprocess.Popen(argv, **kwargs)
+
+
+@pytest.fixture
+def windows():
+    log: list[tuple] = []
+    popen = RecordingPopen()
+    return WindowsBackend(win32=RecordingWin32(log), popen=popen), log, popen
+
+
+def test_windows_spawn_starts_a_process_group_in_a_kill_on_close_job(windows, leftovers):
+    backend, log, popen = windows
+    proc = backend.spawn([sys.executable, "-c", "import sys; sys.stdin.read()"], cwd=None, env=None, stdin_pipe=True)
+    leftovers.append(psutil.Process(proc.pid))
+    assert popen.kwargs[0]["creationflags"] & CREATE_NEW_PROCESS_GROUP
+    assert "start_new_session" not in popen.kwargs[0] and "preexec_fn" not in popen.kwargs[0]
+    assert [call[0] for call in log] == [
+        "CreateJobObjectW",
+        "SetInformationJobObject",
+        "OpenProcess",
+        "AssignProcessToJobObject",
+        "CloseHandle",
+    ]
+    job, (_, _, info_class, flags), (_, _, pid, process) = log[0][1], log[1], log[2]
+    assert log[1][1] == job and info_class == JOB_OBJECT_EXTENDED_LIMIT_INFORMATION
+    assert flags & JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
+    assert pid == proc.pid
+    assert log[3] == ("AssignProcessToJobObject", job, process)
+    assert log[4] == ("CloseHandle", process), "the process handle is closed; the job handle is kept"
+
+
+def test_windows_spawn_without_a_job_still_runs_and_closes_the_job(windows, leftovers):
+    backend, log, _ = windows
+    backend.win32.fail_assign = True
+    proc = backend.spawn([sys.executable, "-c", "import sys; sys.stdin.read()"], cwd=None, env=None, stdin_pipe=True)
+    leftovers.append(psutil.Process(proc.pid))
+    job = log[0][1]
+    assert ("CloseHandle", job) in log
+    assert proc.poll() is None
+
+
+def test_windows_escalation_interrupts_then_terminates_then_kills_children_first(
+    windows, tree_script, leftovers, monkeypatch
+):
+    backend, log, _ = windows
+    proc = backend.spawn([sys.executable, str(tree_script), "root"], cwd=None, env=None, stdin_pipe=False)
+    leftovers.append(psutil.Process(proc.pid))
+    tree = read_tree(proc, Lines(proc.stdout))
+    leftovers.extend(tree.members)
+    job = log[0][1]
+    for action in ("terminate", "kill"):
+        real = getattr(psutil.Process, action)
+        monkeypatch.setattr(
+            psutil.Process, action, lambda self, real=real, action=action: (log.append((action, self.pid)), real(self))
+        )
+    del log[:]
+
+    backend.interrupt(tree.root.pid)
+    backend.terminate_tree(tree.root.pid, tree.create_time)
+    backend.kill_tree(tree.root.pid, tree.create_time)
+
+    leaves = {tree.leaf.pid, tree.setsid_leaf.pid}
+    assert log[0] == ("GenerateConsoleCtrlEvent", CTRL_BREAK_EVENT, tree.root.pid)
+    for action, calls in (("terminate", log[1:4]), ("kill", log[4:7])):
+        assert [name for name, _ in calls] == [action] * 3
+        assert {pid for _, pid in calls[:2]} == leaves and calls[2][1] == tree.root.pid, "children before the parent"
+    assert log[7:] == [("TerminateJobObject", job), ("CloseHandle", job)]
+    assert_all_dead(tree.members)
+
+
+def test_windows_job_information_has_the_win32_layout():
+    expected = 144 if sys.maxsize > 2**32 else 112
+    assert ctypes.sizeof(ExtendedLimitInformation) == expected
+
+
+def test_stop_signals_drain_once_then_force_and_are_restored_after():
+    """The entry points' rule: the first stop signal asks for a drain, a second forces the exit."""
+    asked: list[str] = []
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), processes.on_stop_signals(asked.append):
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert asked == ["SIGTERM"], "the first signal asks for a graceful stop"
+        os.kill(os.getpid(), signal.SIGINT)
+    assert asked == ["SIGTERM"]
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert {s.name for s in processes.stop_signals()} >= {"SIGINT", "SIGTERM"}
