@@ -310,7 +310,7 @@ def test_oneshot_plain_answer_and_resume(oneshot_bridge, script, oneshot_cwd):
     session_id = oneshot_bridge.task(first_id)["session_id"]
     assert session_id, "no session id was parsed from stderr"
     argv = of_kind(events, "spawned")[0]["argv"]
-    assert argv[1] == "chat" and argv[2] == "--query=First question" and "-Q" in argv
+    assert "chat" in argv and "-Q" in argv and not any("First question" in a for a in argv), "no task in argv"
 
     script.push(text("Resumed answer."))
     second_id, events = run(oneshot_bridge, "Second question", oneshot_cwd, sessionId=session_id)

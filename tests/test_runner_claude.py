@@ -7,6 +7,7 @@ import pytest
 
 from jobs.runners.base import Decision, RunSpec, Step
 from jobs.runners.claude import ClaudeRunner
+from jobs.runners.hermes import HERMES_PROVIDER_ENV
 from jobs.vocabulary import PermissionMode, PermissionStatus, Status
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude"
@@ -159,3 +160,20 @@ def test_argv_for_options_and_resume():
         index = argv.index(pair[0])
         assert argv[index : index + 2] == pair
     assert argv[argv.index("--permission-prompt-tool") + 1] == "stdio"
+
+
+def test_the_task_goes_on_stdin_never_in_argv():
+    prompt = "--model evil\n" + "é" * 70_000  # 140,000+ bytes, and it starts with a dash
+    runner = ClaudeRunner(RunSpec(prompt=prompt, cwd="/tmp", options={"allowed_tools": ["Read"]}))
+    assert not any("evil" in arg or "é" in arg for arg in runner.argv())
+    (line,) = runner.stdin_lines()
+    assert json.loads(line)["message"]["content"] == [{"type": "text", "text": prompt}]
+
+
+def test_claude_gets_no_other_providers_keys(monkeypatch):
+    for name in HERMES_PROVIDER_ENV:
+        monkeypatch.setenv(name, "k")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "a")
+    env = ClaudeRunner(RunSpec(prompt="p", cwd="/tmp")).env()
+    assert env["ANTHROPIC_API_KEY"] == "a"
+    assert not {name for name in HERMES_PROVIDER_ENV if not name.startswith(("ANTHROPIC_", "CLAUDE_"))} & set(env)

@@ -17,12 +17,20 @@ from jobs.vocabulary import Agent, PermissionMode, PermissionStatus
 
 ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "TZ", "SHELL", "TERM")
 ENV_PREFIXES = ("LC_", "ANTHROPIC_", "CLAUDE_", "DISABLE_", "HERMES_")
+# Bridge's own configuration and secrets: never passed on, not even when BRIDGE_PASS_ENV names them.
+BRIDGE_ENV_NAMES = ("DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL")
+BRIDGE_ENV_PREFIXES = ("BRIDGE_", "DJANGO_")
 
 
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The allow-listed environment a child inherits: never Bridge's own secrets (docs/architecture.md principle 6)."""
-    passed = set(ENV_NAMES) | set(settings.BRIDGE_PASS_ENV)
-    env = {name: value for name, value in os.environ.items() if name in passed or name.startswith(ENV_PREFIXES)}
+def child_env(extra: dict[str, str] | None = None, *, names: tuple[str, ...] = ()) -> dict[str, str]:
+    """The allow-listed environment a child inherits (the common names, `names`, BRIDGE_PASS_ENV), never Bridge's own
+    settings or secrets (docs/architecture.md principle 6); `extra` is added as given."""
+    passed = (set(ENV_NAMES) | set(names) | set(settings.BRIDGE_PASS_ENV)) - set(BRIDGE_ENV_NAMES)
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if (name in passed or name.startswith(ENV_PREFIXES)) and not name.startswith(BRIDGE_ENV_PREFIXES)
+    }
     env.update(extra or {})
     return env
 

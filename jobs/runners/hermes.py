@@ -3,20 +3,76 @@
 BRIDGE_HERMES_MODE picks: `acp`, `oneshot`, or `auto` — ACP when the `acp` package is installed next to the
 executable, unless the task asks for skills, toolsets or max_turns, which only one-shot mode can pass (Hermes 0.19's
 ACP server takes no such settings). See docs/architecture.md, "Hermes Agent".
+
+The task never travels in argv: ACP sends it in `session/prompt`, one-shot mode on stdin through hermes_launch.py.
 """
 
+import json
 import re
+import sys
+from pathlib import Path
 
 from django.conf import settings
 
-from jobs.hermes_skills import acp_installed
+from jobs.hermes_skills import acp_installed, hermes_executable, hermes_session_source
 from jobs.runners.acp import AcpRunner
-from jobs.runners.base import Decision, Outcome, Runner, RunSpec, Step
+from jobs.runners.base import Decision, Outcome, Runner, RunSpec, Step, child_env
 from jobs.vocabulary import PermissionMode, Status
 
 SESSION_ID_RE = re.compile(r"^session_id:\s*(\S+)\s*$", re.MULTILINE)
 DEFAULT_MAX_TURNS = 90  # Hermes' own default
 ONESHOT_ONLY_OPTIONS = ("skills", "toolsets", "max_turns")
+LAUNCHER = Path(__file__).with_name("hermes_launch.py")
+# pip's second line when the interpreter's path is too long (or spaced) for a #! line: '''exec' "<python>" "$0" "$@"
+PIP_TRAMPOLINE_RE = re.compile(r"""^'''exec' "?(.+?)"? "\$0" "\$@"$""")
+
+# The LLM provider variables Hermes 0.19 reads (hermes_cli/auth.py PROVIDER_REGISTRY, its model-provider plugins,
+# and the `provider` entries of hermes_cli/config.py OPTIONAL_ENV_VARS): Hermes children inherit them. ANTHROPIC_*,
+# CLAUDE_* and HERMES_* pass anyway. Not here, being wider than one LLM provider: AWS access keys,
+# GOOGLE_APPLICATION_CREDENTIALS, GH_TOKEN/GITHUB_TOKEN (Copilot) — name those in BRIDGE_PASS_ENV. Hermes also reads
+# $HERMES_HOME/.env by itself.
+HERMES_PROVIDER_ENV = (
+    *("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENROUTER_API_KEY", "OPENROUTER_BASE_URL"),
+    *("NOUS_API_KEY", "NOUS_BASE_URL", "NOUS_PORTAL_BASE_URL", "NOUS_INFERENCE_BASE_URL"),
+    *("CUSTOM_API_KEY", "CUSTOM_BASE_URL", "GOOGLE_API_KEY", "GEMINI_API_KEY", "GEMINI_BASE_URL"),
+    *("VERTEX_CREDENTIALS_PATH", "VERTEX_PROJECT_ID", "VERTEX_REGION"),
+    *("AWS_BEARER_TOKEN_BEDROCK", "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "BEDROCK_BASE_URL"),
+    *("AZURE_FOUNDRY_API_KEY", "AZURE_FOUNDRY_BASE_URL", "AZURE_ANTHROPIC_KEY"),
+    *("DEEPSEEK_API_KEY", "DEEPSEEK_BASE_URL", "XAI_API_KEY", "XAI_BASE_URL", "GROQ_API_KEY", "MISTRAL_API_KEY"),
+    *("FIREWORKS_API_KEY", "DEEPINFRA_API_KEY", "DEEPINFRA_BASE_URL", "NOVITA_API_KEY", "NOVITA_BASE_URL"),
+    *("NVIDIA_API_KEY", "NVIDIA_BASE_URL", "HF_TOKEN", "HF_BASE_URL", "OLLAMA_API_KEY", "OLLAMA_BASE_URL"),
+    *("GLM_API_KEY", "ZAI_API_KEY", "Z_AI_API_KEY", "GLM_BASE_URL"),
+    *("KIMI_API_KEY", "KIMI_CODING_API_KEY", "KIMI_CN_API_KEY", "KIMI_BASE_URL"),
+    *("MINIMAX_API_KEY", "MINIMAX_BASE_URL", "MINIMAX_CN_API_KEY", "MINIMAX_CN_BASE_URL"),
+    *("DASHSCOPE_API_KEY", "DASHSCOPE_BASE_URL", "ALIBABA_CODING_PLAN_API_KEY", "ALIBABA_CODING_PLAN_BASE_URL"),
+    *("QWEN_API_KEY", "STEPFUN_API_KEY", "STEPFUN_BASE_URL", "ARCEEAI_API_KEY", "ARCEE_BASE_URL"),
+    *("GMI_API_KEY", "GMI_BASE_URL", "UPSTAGE_API_KEY", "UPSTAGE_BASE_URL", "XIAOMI_API_KEY", "XIAOMI_BASE_URL"),
+    *("TOKENHUB_API_KEY", "TOKENHUB_BASE_URL", "KILOCODE_API_KEY", "KILOCODE_BASE_URL"),
+    *("OPENCODE_ZEN_API_KEY", "OPENCODE_ZEN_BASE_URL", "OPENCODE_GO_API_KEY", "OPENCODE_GO_BASE_URL"),
+    *("LM_API_KEY", "LM_BASE_URL", "COPILOT_GITHUB_TOKEN", "COPILOT_API_BASE_URL", "COPILOT_ACP_BASE_URL"),
+)
+
+
+def hermes_env() -> dict[str, str]:
+    return child_env(names=HERMES_PROVIDER_ENV)
+
+
+def script_interpreter(script: Path) -> list[str] | None:
+    """The Python a console script runs in, from its first lines (`#!<python>`, `#!/usr/bin/env python3`, or pip's
+    /bin/sh trampoline); None when they name none (a shell wrapper, a binary)."""
+    try:
+        lines = script.read_bytes()[:2048].decode().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not lines or not lines[0].startswith("#!"):
+        return None
+    words = lines[0][2:].split()
+    command = words[1:] if words and Path(words[0]).name == "env" else words
+    command = [word for word in command if not word.startswith("-")][:1]
+    if command and Path(command[0]).name.startswith("python"):
+        return words
+    match = PIP_TRAMPOLINE_RE.match(lines[1]) if len(lines) > 1 else None
+    return [match.group(1)] if match else None
 
 
 def hermes_mode(spec: RunSpec) -> str:
@@ -26,6 +82,8 @@ def hermes_mode(spec: RunSpec) -> str:
         return mode
     if any(spec.options.get(name) for name in ONESHOT_ONLY_OPTIONS):
         return "oneshot"
+    if spec.resume_session_id and hermes_session_source(spec.resume_session_id) not in (None, "", "acp"):
+        return "oneshot"  # Hermes' ACP server reopens only the sessions it created itself
     return "acp" if acp_installed(settings.BRIDGE_HERMES_BIN) else "oneshot"
 
 
@@ -37,6 +95,9 @@ class HermesAcpRunner(AcpRunner):
 
     def command(self) -> list[str]:
         return [settings.BRIDGE_HERMES_BIN, "acp"]
+
+    def env(self) -> dict[str, str]:
+        return hermes_env()
 
     def session_setup(self) -> list[tuple[str, dict]]:
         """skip_permissions: Hermes' `dont_ask` mode applies edits without asking (dangerous commands still ask)."""
@@ -57,20 +118,37 @@ class HermesAcpRunner(AcpRunner):
 
 
 class HermesOneShotRunner(Runner):
-    """`hermes chat -q <task> -Q`: the answer arrives at exit; the exit code is the only reliable verdict."""
+    """`hermes chat --query=<task> -Q`: the answer arrives at exit; the exit code is the only reliable verdict.
+
+    The task goes to hermes_launch.py on stdin (Hermes 0.19 has no stdin or file option for it), which adds the
+    `--query=` inside Hermes' own interpreter: never in argv, where `ps` shows it and Linux caps it at 128 KiB.
+    """
 
     executable_setting = "BRIDGE_HERMES_BIN"
-    uses_stdin = False
 
     def __init__(self, spec: RunSpec) -> None:
         super().__init__(spec)
         self.lines: list[str] = []
 
     def argv(self) -> list[str]:
+        script = hermes_executable()
+        if script is None:  # not there: the spawn fails, and the message names BRIDGE_HERMES_BIN
+            return [settings.BRIDGE_HERMES_BIN, *self.hermes_args()]
+        # No Python named (a shell wrapper, say): Bridge's own runs the launcher, which says what is wrong.
+        python = script_interpreter(script) or [sys.executable]
+        return [*python, str(LAUNCHER), str(script), *self.hermes_args()]
+
+    def stdin_lines(self) -> list[bytes]:
+        return [json.dumps({"query": self.spec.prompt}).encode() + b"\n"]  # ASCII JSON: one line, any str encodes
+
+    def env(self) -> dict[str, str]:
+        return hermes_env()
+
+    def hermes_args(self) -> list[str]:
+        """Hermes' arguments after its executable, all but the task (hermes_launch.py adds that)."""
         options = self.spec.options
         max_turns = int(options.get("max_turns") or DEFAULT_MAX_TURNS)
-        # --query=TEXT, not -q TEXT: a task that starts with "-" must not read as a flag.
-        argv = [settings.BRIDGE_HERMES_BIN, "chat", f"--query={self.spec.prompt}", "-Q", "--max-turns", str(max_turns)]
+        argv = ["chat", "-Q", "--max-turns", str(max_turns)]
         if self.spec.resume_session_id:
             argv += ["--resume", self.spec.resume_session_id]
         if options.get("model"):

@@ -7,11 +7,21 @@ reliable signal of success. `--resume ID` keeps the id. The task text is a small
     sleep SECONDS   wait
     write PATH TEXT write TEXT to PATH (relative to the cwd)
     fail TEXT       print TEXT on stdout and exit 1 (as an API error does)
+    digest          a line `query: <bytes> bytes, sha256 <hex>` of the whole task as received
+    cmdline         a line `cmdline: <JSON list>`: this process's argv as the kernel (and `ps`) shows it
+    stdin           a line `stdin: devnull` when stdin is /dev/null (as the real CLI gets it), else `stdin: other`
+    env NAME        a line `env NAME=<value>` (or `<unset>`)
+    # ...           nothing (filler)
 
-Anything else is echoed as part of the answer. `--version` prints a version without going online.
+Anything else is echoed as part of the answer. `--version` prints a version without going online. Bridge runs it
+like the real one: through jobs/runners/hermes_launch.py, which takes the task from stdin and adds `--query=`.
 """
 
+import hashlib
+import json
+import os
 import random
+import stat
 import sys
 import time
 from datetime import datetime
@@ -22,6 +32,30 @@ def session_id(argv: list[str]) -> str:
     if "--resume" in argv:
         return argv[argv.index("--resume") + 1]
     return datetime.now().strftime("%Y%m%d_%H%M%S_") + f"{random.randrange(16**6):06x}"
+
+
+def digest(task: str, _: str) -> str:
+    data = task.encode()
+    return f"query: {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}"
+
+
+def cmdline(_: str, __: str) -> str:
+    with open(f"/proc/{os.getpid()}/cmdline", "rb") as f:
+        return "cmdline: " + json.dumps([arg.decode(errors="replace") for arg in f.read().split(b"\0")[:-1]])
+
+
+def stdin_kind(_: str, __: str) -> str:
+    mode = os.fstat(0)
+    null = os.stat(os.devnull)
+    is_null = stat.S_ISCHR(mode.st_mode) and mode.st_rdev == null.st_rdev
+    return "stdin: devnull" if is_null else "stdin: other"
+
+
+def env_value(_: str, name: str) -> str:
+    return f"env {name}={os.environ.get(name, '<unset>')}"
+
+
+REPORTS = {"digest": digest, "cmdline": cmdline, "stdin": stdin_kind, "env": env_value}
 
 
 def main(argv: list[str]) -> int:
@@ -47,6 +81,10 @@ def main(argv: list[str]) -> int:
         elif command == "fail":
             print(rest)
             return 1
+        elif command in REPORTS:
+            answer.append(REPORTS[command](task, rest))
+        elif command.startswith("#"):
+            continue
         elif line.strip():
             answer.append(line.strip())
     print("\n".join(answer) or "done")
