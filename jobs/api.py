@@ -1,4 +1,7 @@
-"""The REST API: hbridge's paths and JSON shapes (so existing Hermes skills keep working), over jobs.actions."""
+"""The REST API: hbridge's paths and JSON shapes (so existing Hermes skills keep working), over jobs.actions.
+
+hbridge's own replies (create, cancel, /v1/task/output) give a task's status in hbridge's words with Bridge's exact
+status as `bridge_status` (jobs/hbridge.py); Bridge's own endpoints (/v1/task, /v1/tasks, events) use Bridge's."""
 
 from typing import Literal
 
@@ -9,7 +12,7 @@ from ninja.security.base import AuthBase
 from ninja.utils import check_csrf
 from pydantic import ConfigDict
 
-from jobs import actions, auth
+from jobs import actions, auth, hbridge
 from jobs.errors import BridgeError, InvalidInput
 from jobs.models import PermissionRequest, Task
 from jobs.vocabulary import Status
@@ -88,12 +91,16 @@ class CreateTaskIn(Strict):
     allowed_tools: list[str] | None = None
     skills: list[str] | None = Field(None, description="Hermes skills to preload (one-shot mode).")
     toolsets: list[str] | None = Field(None, description="Hermes toolsets to enable (one-shot mode).")
-    timeout_s: int | None = Field(None, ge=1)
+    timeout_s: int | None = Field(None, ge=1, description="Wall-time limit; default BRIDGE_TASK_TIMEOUT_S.")
+    taskTimeoutMs: int | None = Field(
+        None, ge=0, description="hbridge's limit in milliseconds (rounded up to seconds); 0 = the server's default."
+    )
 
 
 class CreateTaskOut(Schema):
     task_id: str
-    status: str
+    status: str = Field(description='hbridge\'s word: always "created".')
+    bridge_status: str = Field(description="Bridge's status: queued, or cancelled when it ended at once.")
 
 
 class TaskIdIn(Strict):
@@ -163,19 +170,19 @@ def create_task(request: HttpRequest, payload: CreateTaskIn):
             permission_mode=payload.permission_mode,
             skip_permissions=payload.skip_permissions,
             resume_session_id=payload.sessionId,
-            timeout_s=payload.timeout_s,
+            timeout_s=hbridge.timeout_seconds(payload.timeout_s, payload.taskTimeoutMs),
             options=options,
             source="api",
             created_by=request.auth,
         )
     )
-    return {"task_id": str(task.public_id), "status": task.status}
+    return hbridge.created_reply(str(task.public_id), task.status)
 
 
 @api.post("/task/cancel", summary="Cancel a queued or running task")
 def cancel_task(request: HttpRequest, payload: TaskIdIn):
     task = actions.request_cancel(actions.get_task(payload.task_id), reason=payload.reason, by=request.auth)
-    return {"task_id": str(task.public_id), "status": task.status, "cancel_requested": True}
+    return {"task_id": str(task.public_id), **hbridge.status_fields(task.status, task.error), "cancel_requested": True}
 
 
 @api.post("/task/permission", summary="Answer a pending permission request")
@@ -200,7 +207,7 @@ def task_output(request: HttpRequest, task_id: str):
         "retrieval_status": "success" if task.is_terminal else "pending",
         "task": {
             "id": str(task.public_id),
-            "status": task.status,
+            **hbridge.status_fields(task.status, task.error),
             "result": task.result,
             "error": task.error,
             "exitCode": task.exit_code,
@@ -241,7 +248,8 @@ class TaskFilter(Schema):
 
 @api.get("/tasks", summary="List tasks, newest first")
 def list_tasks(request: HttpRequest, filters: Query[TaskFilter]):
-    tasks = Task.objects.order_by("-created_at", "-id")
+    actions.settle_running_tasks()
+    tasks = Task.objects.newest_first()
     for name in ("status", "agent", "cwd"):
         value = getattr(filters, name)
         if value:

@@ -39,6 +39,13 @@ class TaskQuerySet(models.QuerySet):
         """Queued or running: not ended yet."""
         return self.filter(status__in=(Status.QUEUED, Status.RUNNING))
 
+    def counts_by_status(self) -> dict[str, int]:
+        """How many tasks are in each status, every status present (zeros included)."""
+        counts = dict.fromkeys((s.value for s in Status), 0)
+        for row in self.order_by().values("status").annotate(n=models.Count("id")):
+            counts[row["status"]] = row["n"]
+        return counts
+
     def with_pending_count(self) -> "TaskQuerySet":
         """Annotated with how many of each task's permission requests wait for an answer (the dashboard badge)."""
         pending = models.Q(permission_requests__status=PermissionStatus.PENDING)
@@ -118,7 +125,7 @@ class Task(models.Model):
     status = models.CharField(max_length=20, choices=choices(Status), default=Status.QUEUED, db_index=True)
     permission_mode = models.CharField(max_length=20, choices=choices(PermissionMode), default=PermissionMode.APPROVE)
     options = models.JSONField(default=dict, blank=True)
-    timeout_s = models.IntegerField()
+    timeout_s = models.IntegerField(null=True, blank=True)  # None: no limit (BRIDGE_TASK_TIMEOUT_S=0)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -268,4 +268,5 @@ class Script:
 
 
 def data_events(events: list[dict]) -> list[dict]:
-    return [e for e in events if e["event"] != "end"]
+    """Bridge's transcript events (each has its seq as `id:`), without `end` and hbridge's extra events."""
+    return [e for e in events if e["id"] is not None]

@@ -87,13 +87,14 @@ def test_create_returns_id_and_the_queued_task_is_visible(api, work_root):
     response = create(api, cwd=str(work_root), model="opus", max_turns=3)
     assert response.status_code == 200
     body = response.json()
-    assert body["status"] == "queued"
+    assert (body["status"], body["bridge_status"]) == ("created", "queued")  # hbridge's word, then Bridge's
     output = api("get", "/v1/task/output", {"task_id": body["task_id"]}).json()
     assert output == {
         "retrieval_status": "pending",
         "task": {
             "id": body["task_id"],
-            "status": "queued",
+            "status": "running",  # hbridge's word for a task to keep waiting on
+            "bridge_status": "queued",
             "result": "",
             "error": "",
             "exitCode": None,
@@ -190,7 +191,8 @@ def test_unknown_or_malformed_task_id_is_404(api, task_id):
 def test_cancel_queued_then_again(api):
     task_id = create(api).json()["task_id"]
     response = api("post", "/v1/task/cancel", {"task_id": task_id, "reason": "no longer needed"})
-    assert response.status_code == 200 and response.json()["status"] == "cancelled"
+    assert response.status_code == 200
+    assert (response.json()["status"], response.json()["bridge_status"]) == ("failed", "cancelled")
     again = api("post", "/v1/task/cancel", {"task_id": task_id})
     assert again.status_code == 409 and "already ended (cancelled)" in again.json()["error"]
     output = api("get", "/v1/task/output", {"task_id": task_id}).json()
@@ -199,7 +201,7 @@ def test_cancel_queued_then_again(api):
 
 def running_task_with_requests(n: int) -> Task:
     task = actions.create_task(actions.TaskSpec(prompt="say hi"))
-    Task.objects.filter(pk=task.pk).update(status=Status.RUNNING)
+    Task.objects.filter(pk=task.pk).update(status=Status.RUNNING, worker=actions.register_worker(1))
     for i in range(n):
         actions.record_permission_request(task, request_id=f"r{i}", tool_name="Bash", tool_input={"command": f"c{i}"})
     return task
