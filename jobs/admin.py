@@ -5,10 +5,10 @@ actions that call it: cancelling a task, creating (shown once) and revoking API 
 """
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from jobs import actions
 from jobs.errors import BridgeError
@@ -62,20 +62,31 @@ def cancel_tasks(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Q
 
 @admin.register(Task)
 class TaskAdmin(ReadOnlyAdmin):
-    list_display = ("public_id", "status", "agent", "short_prompt", "cwd", "created_at", "cost_usd", "source")
+    list_display = ("public_id", "status", "agent", "short_prompt", "cwd", "created_at", "own_cost", "source")
     list_filter = ("status", "agent", "source", "created_at")
     search_fields = ("prompt", "cwd", "=public_id")
     date_hierarchy = "created_at"
     actions = [cancel_tasks]
     inlines = [PermissionInline]
-    readonly_fields = ("live_page", "transcript")
+    readonly_fields = ("live_page", "transcript", "session_total", "how_cost_was_counted")
     fieldsets = (
         (None, {"fields": ("live_page", "public_id", "status", "agent", "prompt", "cwd", "permission_mode")}),
         ("Run", {"fields": ("created_at", "started_at", "finished_at", "worker", "pid", "exit_code", "timeout_s")}),
         ("Outcome", {"fields": ("result", "error", "stderr_tail", "cancel_reason", "transcript")}),
         (
             "Usage",
-            {"fields": ("cost_usd", "input_tokens", "output_tokens", "cache_creation_input_tokens", "num_turns")},
+            {
+                "fields": (
+                    "cost_usd",
+                    "session_total",
+                    "how_cost_was_counted",
+                    "input_tokens",
+                    "output_tokens",
+                    "cache_creation_input_tokens",
+                    "cache_read_input_tokens",
+                    "num_turns",
+                )
+            },
         ),
         ("Origin", {"fields": ("options", "source", "created_by", "session", "resume_session_id")}),
     )
@@ -95,6 +106,35 @@ class TaskAdmin(ReadOnlyAdmin):
     def transcript(self, task: Task) -> str:
         url = reverse("admin:jobs_taskevent_changelist") + f"?task__id__exact={task.pk}"
         return format_html('<a href="{}">{} events, paged</a>', url, task.last_seq)
+
+    @admin.display(description="cost (this task)", ordering="cost_usd")
+    def own_cost(self, task: Task) -> str:
+        return "–" if task.cost_usd is None else f"${task.cost_usd:.6f}"
+
+    @admin.display(description="session total")
+    def session_total(self, task: Task) -> str:
+        if task.session is None:
+            return "–"
+        url = reverse("admin:jobs_agentsession_change", args=[task.session.pk])
+        count = task.session.tasks.count()
+        return format_html(
+            '${} over <a href="{}">{} task(s) of its session</a>', f"{task.session.total_cost_usd:.6f}", url, count
+        )
+
+    @admin.display(description="how the cost was counted")
+    def how_cost_was_counted(self, task: Task) -> str:
+        """From the final status event: the agent's running total, and the total this run carried on from."""
+        data = task.events.filter(kind="status").newest_first().values_list("data", flat=True).first() or {}
+        reported = (data.get("reported_usage") or {}).get("cost_usd")
+        if reported is None:
+            return "as the agent reported it" if task.cost_usd is not None else "–"
+        base = (data.get("usage_base") or {}).get("cost_usd")
+        text = f"the agent reported the session's running total ${reported:.6f}"
+        if base is not None:
+            text += f"; minus ${base:.6f}, the running total this run carried on from ({data.get('usage_base_from')})"
+        if data.get("usage_note"):
+            text += f". {data['usage_note']}"
+        return text
 
 
 @admin.register(TaskEvent)
@@ -122,9 +162,39 @@ class PermissionRequestAdmin(ReadOnlyAdmin):
 
 @admin.register(AgentSession)
 class AgentSessionAdmin(ReadOnlyAdmin):
-    list_display = ("session_id", "agent", "title", "cwd", "total_cost_usd", "updated_at")
+    list_display = ("session_id", "agent", "title", "cwd", "task_count", "total_cost", "updated_at")
     list_filter = ("agent",)
     search_fields = ("session_id", "title", "cwd")
+    fields = ("agent", "session_id", "title", "cwd", "created_at", "updated_at", "total_cost", "task_costs")
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).annotate(task_count=Count("tasks"))
+
+    @admin.display(description="tasks", ordering="task_count")
+    def task_count(self, session: AgentSession) -> int:
+        return session.task_count
+
+    @admin.display(description="total cost (its tasks)", ordering="total_cost_usd")
+    def total_cost(self, session: AgentSession) -> str:
+        return f"${session.total_cost_usd:.6f}"
+
+    @admin.display(description="cost of each task")
+    def task_costs(self, session: AgentSession) -> str:
+        rows = format_html_join(
+            "",
+            '<li><a href="{}">{}</a> {}: {}</li>',
+            (
+                (
+                    reverse("admin:jobs_task_change", args=[task.pk]),
+                    task.prompt[:60],
+                    task.status,
+                    "–" if task.cost_usd is None else f"${task.cost_usd:.6f}",
+                )
+                for task in session.tasks.order_by("created_at", "pk")[:200]
+            ),
+        )
+        return format_html("<ul>{}</ul>", rows)
 
 
 @admin.register(Worker)

@@ -1,4 +1,10 @@
-"""Usage figures for the usage page: cost and tokens per day and per working directory, and an SVG bar chart."""
+"""Usage figures for the usage page: cost and tokens per day, per working directory and per agent session, and an
+SVG bar chart.
+
+A task's cost is what that task used itself (a follow-up is not charged again for its session's earlier turns:
+jobs/actions/runs.py, `own_usage`), so sums over tasks are sums of money spent, and a session's total is the sum of
+its tasks.
+"""
 
 from dataclasses import dataclass
 from datetime import timedelta
@@ -7,7 +13,7 @@ from django.db.models import Count, F, Sum
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
-from jobs.models import Task
+from jobs.models import AgentSession, Task
 
 CHART_WIDTH = 720
 CHART_HEIGHT = 180
@@ -24,11 +30,16 @@ class Bar:
     height: float
 
 
+def _tokens(prefix: str = ""):
+    """Input plus output tokens, counting a missing figure as 0 (Hermes one-shot reports none)."""
+    return Coalesce(F(f"{prefix}input_tokens"), 0) + Coalesce(F(f"{prefix}output_tokens"), 0)
+
+
 def _totals(queryset):
     return queryset.annotate(
         tasks=Count("id"),
         cost=Coalesce(Sum("cost_usd"), 0.0),
-        tokens=Coalesce(Sum(F("input_tokens") + F("output_tokens")), 0),
+        tokens=Coalesce(Sum(_tokens()), 0),
     )
 
 
@@ -41,7 +52,15 @@ def usage_by_day(days: int = 30) -> list[dict]:
 
 
 def usage_by_directory() -> list[dict]:
-    return list(_totals(Task.objects.values("cwd")).order_by("-cost", "cwd"))
+    rows = _totals(Task.objects.values("cwd")).annotate(sessions=Count("session", distinct=True))
+    return list(rows.order_by("-cost", "cwd"))
+
+
+def usage_by_session(limit: int = 50) -> list[dict]:
+    """The costliest agent sessions: each one's total (the sum of its tasks' own costs) and its tasks."""
+    rows = AgentSession.objects.annotate(tasks_count=Count("tasks"), tokens=Coalesce(Sum(_tokens("tasks__")), 0))
+    rows = rows.values("pk", "agent", "session_id", "title", "cwd", "total_cost_usd", "tasks_count", "tokens")
+    return list(rows.order_by("-total_cost_usd", "-pk")[:limit])
 
 
 def bar_chart(rows: list[dict], label_key: str, value_key: str) -> list[Bar]:

@@ -9,8 +9,8 @@ from django.utils import timezone
 from jobs.actions.events import append_events, status_event
 from jobs.actions.permissions import cancel_open_permissions
 from jobs.actions.workers import worker_is_alive
-from jobs.models import AgentSession, Task, Worker
-from jobs.vocabulary import Status
+from jobs.models import AgentSession, Task, TaskEvent, Worker
+from jobs.vocabulary import Agent, Status
 
 USAGE_FIELDS = (
     "cost_usd",
@@ -20,6 +20,14 @@ USAGE_FIELDS = (
     "cache_read_input_tokens",
     "num_turns",
 )
+
+# The usage figures an agent reports as its session's running total rather than for one run. Measured with the real
+# CLIs (tests/fakes/NOTES.md, "Usage across --resume"): Claude's `total_cost_usd` carries on from the session's last
+# run; its `usage` tokens and `num_turns` are the run's own. Hermes ACP counts per prompt, and Bridge sends one
+# prompt per process.
+CUMULATIVE_FIELDS: dict[str, tuple[str, ...]] = {Agent.CLAUDE: ("cost_usd",)}
+# How many earlier tasks of a session to look through for the running total a resumed run carried on from.
+BASE_SEARCH_LIMIT = 50
 
 
 def claim_next_task(worker: Worker) -> Task | None:
@@ -74,8 +82,9 @@ def finish_task(
     stderr_tail: str = "",
 ) -> Task:
     """Record the end of a run; pending permission requests that outlive their task become cancelled."""
-    usage = {k: usage[k] for k in USAGE_FIELDS if (usage or {}).get(k) is not None}
+    reported = {k: usage[k] for k in USAGE_FIELDS if (usage or {}).get(k) is not None}
     with transaction.atomic():
+        usage, how = own_usage(task, reported)
         updated = (
             Task.objects.running()
             .filter(pk=task.pk)
@@ -99,9 +108,76 @@ def finish_task(
             )
         append_events(
             task,
-            [status_event(task, exit_code=exit_code, error=error, result=result, usage=usage)],
+            [status_event(task, exit_code=exit_code, error=error, result=result, usage=usage, **how)],
         )
     return task
+
+
+def own_usage(task: Task, reported: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a task used itself, and what its status event says about how that was worked out.
+
+    A figure the agent reports as the session's running total (CUMULATIVE_FIELDS) becomes the difference from the
+    running total the run carried on from: the figure reported by the session's last task that had finished when
+    this one started (so two tasks resuming one session at once are each charged their own share), 0 for a new
+    session. Never below 0. The reported figure is kept in the event as `reported_usage` (the next task's base);
+    when the base is unknown (the session began outside Bridge) the reported figure is recorded and `usage_note`
+    says so.
+    """
+    fields = [f for f in CUMULATIVE_FIELDS.get(task.agent, ()) if f in reported]
+    if not fields:
+        return reported, {}
+    base, base_from = running_total_before(task, fields)
+    how: dict[str, Any] = {"reported_usage": {f: reported[f] for f in fields}, "usage_base_from": base_from}
+    if base is None:
+        how["usage_note"] = (
+            "Bridge did not see this session begin, so the cost of its earlier turns is unknown: "
+            "the figure recorded is the session's running total as the agent reported it"
+        )
+        return reported, how
+    own = dict(reported)
+    for field in fields:
+        own[field] = usage_delta(reported[field], base.get(field, 0))
+    how["usage_base"] = base
+    if any(reported[f] < base.get(f, 0) for f in fields):
+        how["usage_note"] = "the agent reported a running total below the one this run carried on from: recorded 0"
+    return own, how
+
+
+def usage_delta(reported: float, base: float) -> float:
+    """The part of a running total that is new since `base`; never negative, and free of float noise."""
+    return round(max(0.0, reported - base), 10)
+
+
+def running_total_before(task: Task, fields: list[str]) -> tuple[dict[str, float] | None, str]:
+    """The running total a resumed run carried on from, and where it came from (`new_session`, `task:<id>`), or
+    (None, `unknown`) when the session began outside Bridge and no earlier task of it reported one."""
+    current = Task.objects.only("session_id", "resume_session_id", "started_at").get(pk=task.pk)
+    if not current.resume_session_id:
+        return dict.fromkeys(fields, 0.0), "new_session"
+    if current.session_id is None:
+        return None, "unknown"
+    earlier = (
+        Task.objects.filter(session_id=current.session_id, finished_at__lte=current.started_at or timezone.now())
+        .exclude(pk=task.pk)
+        .order_by("-finished_at", "-pk")
+    )
+    for previous in earlier[:BASE_SEARCH_LIMIT]:
+        figures = reported_usage(previous, fields)
+        if figures:
+            return figures, f"task:{previous.public_id}"
+    if Task.objects.filter(session_id=current.session_id, resume_session_id="").exists():
+        return dict.fromkeys(fields, 0.0), "new_session"  # Bridge started it; no run had reported a total yet
+    return None, "unknown"
+
+
+def reported_usage(task: Task, fields: list[str]) -> dict[str, float]:
+    """The running totals a finished task's agent reported (kept in its last status event). Tasks finished before
+    Bridge kept them stored the reported figure itself."""
+    data = TaskEvent.objects.filter(task=task, kind="status").newest_first().values_list("data", flat=True).first()
+    figures = (data or {}).get("reported_usage")
+    if figures is None:
+        figures = {f: getattr(task, f) for f in fields}
+    return {f: figures[f] for f in fields if figures.get(f) is not None}
 
 
 def mark_orphaned(task: Task, reason: str) -> Task:

@@ -207,6 +207,7 @@
       tokens.input || tokens.output ? `${tokens.input.toLocaleString()} / ${tokens.output.toLocaleString()}` : "–";
     if (s.session_id) document.getElementById("session").textContent = s.session_id;
     document.getElementById("cost").textContent = s.cost_usd == null ? "–" : `$${s.cost_usd.toFixed(4)}`;
+    showSessionCost(s, terminal);
     if (terminal) {
       const body = document.getElementById("outcome-body");
       body.replaceChildren();
@@ -215,6 +216,15 @@
       document.getElementById("outcome").hidden = !(s.error || s.result);
     }
     tick();
+  }
+
+  // The session's total as rendered, plus this task's own cost once it ends if the page was rendered before that.
+  function showSessionCost(s, terminal) {
+    const total = document.getElementById("session-cost");
+    if (!s.session_id) return;
+    const own = terminal && total.dataset.includesTask !== "1" ? s.cost_usd || 0 : 0;
+    total.textContent = `$${((parseFloat(total.dataset.total) || 0) + own).toFixed(4)}`;
+    document.getElementById("session-cost-stat").hidden = false;
   }
 
   function tick() {

@@ -1,0 +1,323 @@
+"""Usage is per task: a follow-up in an agent session records what it used itself, not the session's running total.
+
+Claude reports `total_cost_usd` as the session's running total across `--resume` (tests/fakes/NOTES.md, "Usage
+across --resume"); `actions.finish_task` records the difference from the total the run carried on from. Unit tests
+drive the actions with generated sequences of reported totals; the page and admin tests read what they show; the
+end-to-end test runs the real CLI against the scripted fake Anthropic server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+from django.template.loader import render_to_string
+from django.test import Client
+from django.urls import reverse
+
+from jobs import actions, reports
+from jobs.models import AgentSession, Task
+from jobs.vocabulary import Agent, Status
+from tests import e2e
+from tests.e2e import BridgeServer, Script
+from tests.fakes.anthropic_server import FakeAnthropic, slow_text, text
+from tests.support import make_task
+
+TOKENS = {"input_tokens": 100, "output_tokens": 5, "cache_creation_input_tokens": 20, "cache_read_input_tokens": 30}
+
+
+# --- helpers --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def worker():
+    return actions.register_worker(capacity=100)
+
+
+def start(worker, prompt: str = "go", *, session: str = "", agent: str = Agent.CLAUDE, cwd: Path | None = None):
+    """Queue a task (a follow-up when `session` is given) and claim it: it is running from now on."""
+    kwargs = {"agent": agent, "resume_session_id": session or None}
+    if cwd is not None:
+        kwargs["cwd"] = str(cwd)
+    task = make_task(prompt, **kwargs)
+    claimed = actions.claim_next_task(worker)
+    assert claimed is not None and claimed.pk == task.pk
+    return claimed
+
+
+def finish(task: Task, session_id: str, cost: float | None, **usage) -> Task:
+    """What the supervisor does at the end: link the session the agent named, record the runner's outcome."""
+    actions.link_session(task, session_id)
+    figures = {**TOKENS, "num_turns": 1, **usage}
+    if cost is not None:
+        figures["cost_usd"] = cost
+    return actions.finish_task(task, status=Status.DONE, exit_code=0, usage=figures)
+
+
+def final_status(task: Task) -> dict:
+    return [e.data for e in actions.events_since(task) if e.kind == "status"][-1]
+
+
+def run_sequence(worker, work_root: Path, reported: list[float], session_id: str = "s-1") -> list[Task]:
+    """One task, then follow-ups one after another, the agent reporting the running totals `reported`."""
+    tasks = [finish(start(worker, cwd=work_root), session_id, reported[0])]
+    for total in reported[1:]:
+        tasks.append(finish(start(worker, session=session_id), session_id, total))
+    return tasks
+
+
+def running_totals(seed: int, n: int) -> list[float]:
+    """A session's running totals, as the CLI reports them: never decreasing, some runs free (an API error)."""
+    rng = random.Random(seed)
+    total, totals = 0.0, []
+    for _ in range(n):
+        total += rng.choice([0.0, rng.uniform(0, 0.002), rng.uniform(0, 3.0)])
+        totals.append(total)
+    return totals
+
+
+# --- the delta logic --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("seed", range(8))
+def test_follow_ups_record_their_own_cost_and_sum_to_the_session_total(seed, work_root, worker):
+    reported = running_totals(seed, n=2 + seed)
+    tasks = run_sequence(worker, work_root, reported)
+
+    own = [t.cost_usd for t in tasks]
+    assert all(cost >= 0 for cost in own), own
+    assert sum(own) == pytest.approx(reported[-1], abs=1e-9)
+    steps = [b - a for a, b in zip([0.0, *reported], reported, strict=False)]
+    assert own == pytest.approx(steps, abs=1e-9)
+    session = AgentSession.objects.get(session_id="s-1")
+    assert session.total_cost_usd == pytest.approx(sum(own), abs=1e-9)
+    # tokens and turns are the run's own already: recorded as reported
+    assert {(t.input_tokens, t.output_tokens, t.num_turns) for t in tasks} == {(100, 5, 1)}
+    # the reported running total is kept in the status event, with where the base came from
+    for task, total in zip(tasks, reported, strict=True):
+        data = final_status(task)
+        assert data["reported_usage"] == {"cost_usd": total}
+        assert data["usage"]["cost_usd"] == task.cost_usd
+    assert final_status(tasks[0])["usage_base_from"] == "new_session"
+    for before, task in zip(tasks, tasks[1:], strict=False):
+        assert final_status(task)["usage_base_from"] == f"task:{before.public_id}"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "reported",
+    [
+        [0.5, 0.3, 0.8],  # the agent's total went down (a lost fork): that run is charged 0, the next from 0.3
+        [1.0, 1.0, 1.0],
+        [0.2, 0.1, 0.05, 0.4],
+        [0.0, 0.0, 0.7],
+    ],
+)
+def test_a_lower_running_total_is_charged_nothing_and_kept_as_reported(reported, work_root, worker):
+    tasks = run_sequence(worker, work_root, reported)
+
+    own = [t.cost_usd for t in tasks]
+    assert own == pytest.approx([max(0.0, b - a) for a, b in zip([0.0, *reported], reported, strict=False)])
+    assert all(cost >= 0 for cost in own)
+    assert AgentSession.objects.get().total_cost_usd == pytest.approx(sum(own))
+    for task, total, before in zip(tasks, reported, [0.0, *reported], strict=False):
+        data = final_status(task)
+        assert data["reported_usage"]["cost_usd"] == total
+        assert ("usage_note" in data) == (total < before)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("seed", range(5))
+def test_two_tasks_resuming_one_session_at_once_are_each_charged_their_own_share(seed, work_root, worker):
+    """Both runs carry on from the same total; the next resume from the one that finished last (as measured)."""
+    rng = random.Random(seed)
+    first = finish(start(worker, cwd=work_root), "s-1", 1.0)
+    b, c = start(worker, session="s-1"), start(worker, session="s-1")  # both running before either ends
+    cost_b, cost_c, cost_d = (round(rng.uniform(0.01, 1), 6) for _ in range(3))
+    ends = [(b, cost_b), (c, cost_c)]
+    rng.shuffle(ends)
+    for task, cost in ends:
+        finish(task, "s-1", 1.0 + cost)
+    last_total = 1.0 + ends[-1][1]  # the CLI's session file holds the total of the run that ended last
+    d = finish(start(worker, session="s-1"), "s-1", last_total + cost_d)
+
+    b.refresh_from_db()
+    c.refresh_from_db()
+    assert [t.cost_usd for t in (first, b, c, d)] == pytest.approx([1.0, cost_b, cost_c, cost_d])
+    session = AgentSession.objects.get()
+    assert session.total_cost_usd == pytest.approx(1.0 + cost_b + cost_c + cost_d)
+    assert session.total_cost_usd == pytest.approx(sum(t.cost_usd for t in session.tasks.all()))
+    assert final_status(d)["usage_base_from"] == f"task:{ends[-1][0].public_id}"
+
+
+@pytest.mark.django_db
+def test_a_session_begun_outside_bridge_records_the_reported_total_and_says_so(work_root, worker):
+    first = finish(start(worker, session="from-elsewhere", cwd=work_root), "from-elsewhere", 0.9)
+    data = final_status(first)
+    assert first.cost_usd == 0.9 and data["usage_base_from"] == "unknown"
+    assert "did not see this session begin" in data["usage_note"]
+    second = finish(start(worker, session="from-elsewhere"), "from-elsewhere", 1.25)
+    assert second.cost_usd == pytest.approx(0.35)
+    assert "usage_note" not in final_status(second)
+    assert AgentSession.objects.get().total_cost_usd == pytest.approx(1.25)
+
+
+@pytest.mark.django_db
+def test_runs_without_a_figure_are_skipped_and_older_rows_count_as_reported(work_root, worker):
+    first = finish(start(worker, cwd=work_root), "s-1", 0.4)
+    killed = start(worker, session="s-1")  # no result line: no usage at all
+    actions.finish_task(killed, status=Status.FAILED, exit_code=143, error="killed")
+    second = finish(start(worker, session="s-1"), "s-1", 0.6)
+    assert second.cost_usd == pytest.approx(0.2)
+    assert final_status(second)["usage_base_from"] == f"task:{first.public_id}"
+
+    # a task recorded before Bridge kept the reported total stored that total as its cost
+    legacy = start(worker, session="s-1")
+    actions.finish_task(legacy, status=Status.DONE)
+    Task.objects.filter(pk=legacy.pk).update(cost_usd=0.75)
+    third = finish(start(worker, session="s-1"), "s-1", 1.0)
+    assert third.cost_usd == pytest.approx(0.25)
+
+
+@pytest.mark.django_db
+def test_a_follow_up_of_a_session_still_running_starts_from_zero(work_root, worker):
+    first = start(worker, cwd=work_root)
+    actions.link_session(first, "s-1")
+    follow_up = finish(start(worker, session="s-1"), "s-1", 0.3)
+    assert follow_up.cost_usd == pytest.approx(0.3)
+    assert final_status(follow_up)["usage_base_from"] == "new_session"
+
+
+@pytest.mark.django_db
+def test_hermes_usage_is_per_prompt_and_recorded_as_reported(work_root, worker):
+    tasks = [finish(start(worker, agent=Agent.HERMES, cwd=work_root), "h-1", None, input_tokens=300)]
+    tasks.append(finish(start(worker, agent=Agent.HERMES, session="h-1"), "h-1", None, input_tokens=250))
+    assert [t.input_tokens for t in tasks] == [300, 250]
+    assert all("reported_usage" not in final_status(t) for t in tasks)
+
+
+# --- what the pages show ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def signed_in(django_user_model) -> Client:
+    client = Client()
+    client.force_login(django_user_model.objects.create_superuser("root", password="x"))
+    return client
+
+
+@pytest.mark.django_db
+def test_usage_page_dashboard_and_task_page_show_own_costs_and_session_totals(work_root, worker, signed_in):
+    tasks = run_sequence(worker, work_root, [0.000566, 0.001132, 0.001698])
+
+    page = signed_in.get(reverse("usage")).content.decode()
+    assert "$0.0017" in page and "$0.0034" not in page  # the sum of the three own costs, not of running totals
+    rows = reports.usage_by_session()
+    assert [(r["session_id"], r["tasks_count"], r["tokens"]) for r in rows] == [("s-1", 3, 315)]
+    assert rows[0]["total_cost_usd"] == pytest.approx(0.001698)
+    html = render_to_string("jobs/usage.html", {"by_session": rows, "by_day": [], "by_directory": []})
+    assert 'id="sessions"' in html and "$0.0017" in html
+
+    dashboard = signed_in.get(reverse("dashboard")).content.decode()
+    assert dashboard.count("$0.0006") == 3 and "its session's total: $0.0017" in dashboard
+
+    task_page = signed_in.get(reverse("task-page", args=[tasks[-1].public_id])).content.decode()
+    total = re.search(r'id="session-cost" data-total="([^"]+)" data-includes-task="1">\$0\.0017<', task_page)
+    assert total and float(total.group(1)) == pytest.approx(0.001698), task_page
+    assert "Cost (this task)" in task_page
+
+
+@pytest.mark.django_db
+def test_admin_shows_each_tasks_own_cost_and_the_session_total(work_root, worker, signed_in):
+    tasks = run_sequence(worker, work_root, [0.5, 0.75, 1.5])
+    session = AgentSession.objects.get()
+
+    listing = signed_in.get("/admin/jobs/agentsession/").content.decode()
+    assert "$1.500000" in listing and '<td class="field-task_count">3</td>' in listing
+    detail = signed_in.get(f"/admin/jobs/agentsession/{session.pk}/change/").content.decode()
+    assert all(cost in detail for cost in ("$0.500000", "$0.250000", "$0.750000"))
+
+    tasks_listing = signed_in.get("/admin/jobs/task/").content.decode()
+    assert tasks_listing.count("$0.250000") == 1 and "$1.500000" not in tasks_listing
+    change = signed_in.get(f"/admin/jobs/task/{tasks[-1].pk}/change/").content.decode()
+    assert "$0.750000" in change and "$1.500000 over" in change and "3 task(s) of its session" in change
+    assert "running total $1.500000; minus $0.750000" in change
+
+
+# --- end to end: the real Claude Code CLI -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def claude() -> str:
+    return e2e.claude_bin()
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeAnthropic() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory, fake, claude):
+    with BridgeServer(tmp_path_factory.mktemp("bridge"), fake.url, claude) as server:
+        yield server
+
+
+def run_to_end(bridge: BridgeServer, task_id: str) -> dict:
+    events = list(bridge.stream(task_id))
+    assert events and events[-1]["event"] == "end", events[-3:]
+    assert events[-1]["data"]["status"] == "done", bridge.task(task_id)
+    return bridge.task(task_id)
+
+
+def session_total(bridge: BridgeServer, session_id: str) -> float:
+    """AgentSession.total_cost_usd, read from the server's database (no interface shows it yet)."""
+    uri = f"file:{bridge.data_dir / 'bridge.sqlite3'}?mode=ro"
+    with sqlite3.connect(uri, uri=True) as db:
+        [(total,)] = db.execute("SELECT total_cost_usd FROM jobs_agentsession WHERE session_id = ?", [session_id])
+    return total
+
+
+def own_cost(bridge: BridgeServer, task_id: str) -> float:
+    return bridge.output_of(task_id)["task"]["usage"]["total_cost_usd"]
+
+
+@pytest.mark.e2e
+def test_e2e_follow_ups_record_equal_own_costs(bridge, fake, tmp_path):
+    script = Script(fake)
+    cwd = bridge.work / "follow-ups"
+    cwd.mkdir()
+    script.push(text("one two three"), text("one two three"), text("one two three"))
+    first = bridge.create_task("Say three words.", cwd)
+    session_id = run_to_end(bridge, first)["session_id"]
+    tasks = [first]
+    for _ in range(2):
+        tasks.append(bridge.create_task("Again.", cwd, sessionId=session_id))
+        run_to_end(bridge, tasks[-1])
+
+    costs = [own_cost(bridge, t) for t in tasks]
+    assert costs[0] > 0 and costs == [costs[0]] * 3, costs
+    assert session_total(bridge, session_id) == pytest.approx(sum(costs))
+    reported = [
+        [e for e in bridge.ok(bridge.get("/v1/task/events", task_id=t))["events"] if e["kind"] == "result"][-1]
+        for t in tasks
+    ]
+    running = [r["data"]["total_cost_usd"] for r in reported]
+    assert running == pytest.approx([costs[0], 2 * costs[0], 3 * costs[0]])  # what the CLI reports: running totals
+
+    # two follow-ups resuming the session at once, then one more: each is charged the same as one run
+    script.push(slow_text("one two three", 1.0), slow_text("one two three", 1.0), text("one two three"))
+    both = [bridge.create_task(f"At once {i}.", cwd, sessionId=session_id) for i in (1, 2)]
+    ends = [run_to_end(bridge, task_id) for task_id in both]
+    assert max(e["started_at"] for e in ends) < min(e["finished_at"] for e in ends), "the two did not overlap"
+    tasks += both
+    tasks.append(bridge.create_task("After both.", cwd, sessionId=session_id))
+    run_to_end(bridge, tasks[-1])
+    costs = [own_cost(bridge, t) for t in tasks]
+    assert costs == pytest.approx([costs[0]] * 6), costs
+    assert session_total(bridge, session_id) == pytest.approx(sum(costs))
