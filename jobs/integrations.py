@@ -1,9 +1,11 @@
-"""Registering Bridge with other programs: the MCP server entry it registers, where they keep their configs, and
-writing those configs safely (backup first, atomic replace, refuse what does not parse)."""
+"""Registering Bridge with other programs: the MCP server entry it registers, Claude Code's status line, where they
+keep their configs, and writing those configs safely (backup first, atomic replace, refuse what does not parse, keep
+the file's line endings)."""
 
 import difflib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -12,7 +14,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 from urllib.parse import urlsplit
 
 import yaml
@@ -20,6 +22,10 @@ from django.conf import settings
 
 SERVER_NAME = "bridge"
 CLAUDE_DESKTOP_CONFIG = "claude_desktop_config.json"
+CLAUDE_CODE_SETTINGS = "settings.json"
+DEFAULT_BRIDGE_URL = "http://127.0.0.1:8800"
+# How a statusLine command is recognised as Bridge's (from any checkout), so re-running updates it in place.
+BRIDGE_STATUS_LINE = re.compile(r"(?:^|[\\/\s\"'])jobs[\\/]+statusline\.py(?:[\s\"']|$)")
 # Names that carry credentials are never copied into another program's config, whatever their prefix.
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 # Besides every BRIDGE_* setting: the same database, channel layer and Hermes home as the server uses.
@@ -97,26 +103,80 @@ def credential_warnings(entry: dict) -> list[str]:
     ]
 
 
+# --- Claude Code's status line ----------------------------------------------------------------------------
+
+
+def statusline_script() -> Path:
+    return Path(__file__).resolve().with_name("statusline.py")
+
+
+def shell_word(word: str, platform: str) -> str:
+    """One word of a command line Claude Code runs through a shell: POSIX sh on macOS and Linux, Git Bash on Windows
+    (which Claude Code requires there). A Windows path is written with forward slashes, in double quotes when it needs
+    any: Git Bash keeps such a word as it is (unquoted backslashes would be eaten) and cmd.exe reads it the same way."""
+    if platform != "win32":
+        return shlex.quote(word)
+    word = word.replace("\\", "/")
+    if re.fullmatch(r"[\w@%+=:,./-]+", word, re.ASCII):
+        return word
+    if any(char in word for char in '$`"'):
+        return shlex.quote(word)  # what bash would expand inside double quotes
+    return f'"{word}"'
+
+
+def statusline_command(
+    url: str, platform: str = sys.platform, python: str | None = None, script: str | None = None
+) -> str:
+    """The command Claude Code runs for Bridge's status line: this venv's Python, without site-packages (-S) or the
+    user's environment (-I), on the standalone script."""
+    argv = [python or sys.executable, "-S", "-I", script or str(statusline_script()), "--url", url]
+    return " ".join(shell_word(word, platform) for word in argv)
+
+
+def status_line_entry(url: str, platform: str = sys.platform) -> dict:
+    """Bridge's `statusLine` in Claude Code's settings."""
+    return {"type": "command", "command": statusline_command(url, platform), "padding": 0}
+
+
+def is_bridge_status_line(value: object) -> bool:
+    return isinstance(value, dict) and bool(BRIDGE_STATUS_LINE.search(str(value.get("command", ""))))
+
+
+def claude_code_settings(home: Path, environ: Mapping[str, str]) -> Path:
+    """Claude Code's user settings file: `$CLAUDE_CONFIG_DIR/settings.json`, by default `~/.claude/settings.json`."""
+    return Path(environ.get("CLAUDE_CONFIG_DIR") or home / ".claude") / CLAUDE_CODE_SETTINGS
+
+
 # --- where Claude Desktop keeps its config ----------------------------------------------------------------
 
 
-def claude_desktop_places(home: Path, environ: Mapping[str, str], platform: str) -> list[Path]:
-    """Where Claude Desktop keeps its config on `platform`; the Microsoft Store one has a `Claude_*` pattern in it."""
+def claude_desktop_places(
+    home: PurePath, environ: Mapping[str, str], platform: str, path_type: type[PurePath] | None = None
+) -> list[PurePath]:
+    """Where Claude Desktop keeps its config on `platform`; a `*` stands for a Microsoft Store package id. Paths are
+    built with the platform's own rules (`PureWindowsPath` for win32, wherever this runs) unless `path_type` says
+    otherwise: finding them on this disk uses this system's `Path`."""
+    path = path_type or (PureWindowsPath if platform == "win32" else PurePosixPath)
     if platform == "win32":
-        roaming = Path(environ.get("APPDATA") or home / "AppData" / "Roaming")
-        local = Path(environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
-        store = local / "Packages" / "Claude_*" / "LocalCache" / "Roaming" / "Claude"
-        return [roaming / "Claude" / CLAUDE_DESKTOP_CONFIG, store / CLAUDE_DESKTOP_CONFIG]
+        profile = path(environ.get("USERPROFILE") or home)
+        roaming = path(environ.get("APPDATA") or profile / "AppData" / "Roaming")
+        local = path(environ.get("LOCALAPPDATA") or profile / "AppData" / "Local")
+        return [
+            roaming / "Claude" / CLAUDE_DESKTOP_CONFIG,
+            # The MSIX install, whose AppData is redirected into its package's LocalCache.
+            local / "Packages" / "Claude_*" / "LocalCache" / "Roaming" / "Claude" / CLAUDE_DESKTOP_CONFIG,
+            local / "Claude-Data" / "*" / CLAUDE_DESKTOP_CONFIG,
+        ]
     if platform == "darwin":
-        return [home / "Library" / "Application Support" / "Claude" / CLAUDE_DESKTOP_CONFIG]
-    config_home = Path(environ.get("XDG_CONFIG_HOME") or home / ".config")
+        return [path(home) / "Library" / "Application Support" / "Claude" / CLAUDE_DESKTOP_CONFIG]
+    config_home = path(environ.get("XDG_CONFIG_HOME") or path(home) / ".config")
     return [config_home / "Claude" / CLAUDE_DESKTOP_CONFIG]
 
 
 def claude_desktop_configs(home: Path, environ: Mapping[str, str], platform: str) -> list[Path]:
-    """The config file of every Claude Desktop install found: where its Claude directory exists, file or not yet."""
-    found = []
-    for place in claude_desktop_places(home, environ, platform):
+    """The config file of every Claude Desktop install found: where its directory exists, file or not yet."""
+    found: list[Path] = []
+    for place in claude_desktop_places(home, environ, platform, path_type=Path):
         parts = place.parts
         if any("*" in part for part in parts):
             star = next(i for i, part in enumerate(parts) if "*" in part)
@@ -124,28 +184,61 @@ def claude_desktop_configs(home: Path, environ: Mapping[str, str], platform: str
             directories = sorted(base.glob(str(Path(*parts[star:-1])))) if base.is_dir() else []
         else:
             directories = [place.parent]
-        found += [directory / place.name for directory in directories if directory.is_dir()]
+        for directory in directories:
+            config = directory / place.name
+            if directory.is_dir() and all(not same_file(config, seen) for seen in found):
+                found.append(config)
     return found
+
+
+def same_file(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
 
 
 # --- merging Bridge into a config -------------------------------------------------------------------------
 
 
+def json_object(path: Path, current: str | None) -> dict:
+    """A JSON config's content (empty when there is none yet); anything but a JSON object is refused."""
+    if current is None or not current.strip():
+        return {}
+    try:
+        config = json.loads(current)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(path, f"not valid JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(path, "the top level is not a JSON object")
+    return config
+
+
+def dump_json(config: dict) -> str:
+    return json.dumps(config, indent=2, ensure_ascii=False) + "\n"
+
+
 def merged_claude_desktop_config(path: Path, current: str | None, entry: dict) -> str:
     """The config with Bridge under `mcpServers`, every other key and server as it was."""
-    config = {}
-    if current is not None and current.strip():
-        try:
-            config = json.loads(current)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(path, f"not valid JSON ({exc})") from None
-        if not isinstance(config, dict):
-            raise ConfigError(path, "the top level is not a JSON object")
+    config = json_object(path, current)
     servers = config.setdefault("mcpServers", {})
     if not isinstance(servers, dict):
         raise ConfigError(path, "'mcpServers' is not a JSON object")
     servers[SERVER_NAME] = entry
-    return json.dumps(config, indent=2, ensure_ascii=False) + "\n"
+    return dump_json(config)
+
+
+def merged_claude_code_settings(
+    path: Path, current: str | None, status_line: dict, replace_other: bool = False
+) -> tuple[str, object]:
+    """Claude Code's settings with Bridge's `statusLine`, every other key as it was: (the new text, or `current` when
+    nothing changes; another program's statusLine, when it was kept). Another statusLine is kept unless
+    `replace_other`, the way every other key and server is; Bridge's own (from any checkout) is updated."""
+    config = json_object(path, current)
+    existing = config.get("statusLine")
+    if existing is not None and not is_bridge_status_line(existing) and not replace_other:
+        return current or "", existing
+    if existing == status_line:
+        return current or "", None
+    config["statusLine"] = status_line
+    return dump_json(config), None
 
 
 def has_yaml_comments(text: str | None) -> bool:
@@ -179,10 +272,20 @@ def merged_hermes_config(path: Path, current: str | None, entry: dict) -> str:
 
 
 def read_text_if_exists(path: Path) -> str | None:
+    """The file's text with its line endings as they are (CRLF stays CRLF), or None when there is no file."""
     try:
-        return path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8", newline="") as file:
+            return file.read()
     except FileNotFoundError:
         return None
+
+
+def with_line_endings_of(text: str, existing: str | None) -> str:
+    """`text` with the line endings of `existing` (its first line's): a CRLF file is written back as CRLF."""
+    first = (existing or "").find("\n")
+    if first > 0 and existing[first - 1] == "\r":
+        return text.replace("\r\n", "\n").replace("\n", "\r\n")
+    return text
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -230,6 +333,9 @@ class FileChange:
     path: Path
     current: str | None
     new: str
+
+    def __post_init__(self):
+        self.new = with_line_endings_of(self.new, self.current)
 
     @property
     def changed(self) -> bool:

@@ -6,7 +6,7 @@ import shlex
 import subprocess
 import sys
 from io import StringIO
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pytest
 from django.conf import settings
@@ -16,7 +16,14 @@ from jobs import integrations
 from tests.e2e import claude_bin
 
 MANAGE_PY = str(Path(settings.BASE_DIR) / "manage.py")
+STATUSLINE_PY = str(Path(settings.BASE_DIR) / "jobs" / "statusline.py")
 TOKEN = "brg_do_not_leak_this_token_value"
+BRIDGE_STATUS_LINE = {
+    "type": "command",
+    "command": shlex.join([sys.executable, "-S", "-I", STATUSLINE_PY, "--url", "http://127.0.0.1:8800"]),
+    "padding": 0,
+}
+OTHER_STATUS_LINE = {"type": "command", "command": "~/.claude/statusline.sh", "padding": 2}
 
 
 def register(home: Path, environ: dict, platform: str, *args: str) -> str:
@@ -29,6 +36,13 @@ def linux_config(home: Path) -> Path:
     directory = home / ".config" / "Claude"
     directory.mkdir(parents=True, exist_ok=True)
     return directory / integrations.CLAUDE_DESKTOP_CONFIG
+
+
+def claude_code_settings(home: Path) -> Path:
+    """Claude Code's settings file, in a home where Claude Code has run (its directory exists)."""
+    directory = home / ".claude"
+    directory.mkdir(exist_ok=True)
+    return directory / "settings.json"
 
 
 def backups_of(path: Path) -> list[Path]:
@@ -307,3 +321,260 @@ def test_the_printed_line_registers_bridge_with_the_real_claude_code_cli(home, e
     assert registered["command"] == sys.executable
     assert registered["args"] == [MANAGE_PY, "mcp"]
     assert registered["env"]["BRIDGE_DATA_DIR"] == str(settings.DATA_DIR)
+
+
+# --- Claude Code's status line ----------------------------------------------------------------------------
+
+
+def test_the_status_line_is_added_to_claude_code_settings(home, environ):
+    path = claude_code_settings(home)
+
+    output = register(home, environ, "linux")
+
+    assert json.loads(path.read_text()) == {"statusLine": BRIDGE_STATUS_LINE}
+    assert f"{path}: created" in output
+
+
+def test_settings_keep_their_other_keys_and_are_backed_up(home, environ):
+    path = claude_code_settings(home)
+    original = json.dumps({"model": "opus", "permissions": {"allow": ["Bash(ls:*)"]}, "env": {"A": "1"}})
+    path.write_text(original)
+
+    register(home, environ, "linux")
+
+    written = json.loads(path.read_text())
+    assert written == {**json.loads(original), "statusLine": BRIDGE_STATUS_LINE}
+    assert list(written) == ["model", "permissions", "env", "statusLine"], "keys keep their order"
+    [backup] = backups_of(path)
+    assert backup.read_text() == original
+
+
+def test_the_status_line_is_idempotent(home, environ):
+    path = claude_code_settings(home)
+    path.write_text('{"theme": "dark"}')
+
+    register(home, environ, "linux")
+    after_first = path.read_text()
+    output = register(home, environ, "linux")
+
+    assert path.read_text() == after_first
+    assert f"{path}: up to date" in output
+    assert len(backups_of(path)) == 1
+
+
+def test_a_status_line_that_is_not_bridges_is_kept(home, environ):
+    path = claude_code_settings(home)
+    original = json.dumps({"statusLine": OTHER_STATUS_LINE, "model": "opus"})
+    path.write_text(original)
+
+    output = register(home, environ, "linux")
+
+    assert path.read_text() == original
+    assert backups_of(path) == []
+    assert "kept its statusLine, which is not Bridge's" in output
+    assert "~/.claude/statusline.sh" in output and "--replace-status-line" in output
+
+
+def test_replace_status_line_replaces_another_programs(home, environ):
+    path = claude_code_settings(home)
+    path.write_text(json.dumps({"statusLine": OTHER_STATUS_LINE, "model": "opus"}))
+
+    register(home, environ, "linux", "--replace-status-line")
+
+    assert json.loads(path.read_text()) == {"statusLine": BRIDGE_STATUS_LINE, "model": "opus"}
+    assert len(backups_of(path)) == 1
+
+
+def test_bridges_status_line_from_another_checkout_is_updated(home, environ):
+    path = claude_code_settings(home)
+    old = {"type": "command", "command": "/old/venv/bin/python -S -I /old/bridge/jobs/statusline.py --url x"}
+    path.write_text(json.dumps({"statusLine": old}))
+
+    register(home, environ, "linux")
+
+    assert json.loads(path.read_text())["statusLine"] == BRIDGE_STATUS_LINE
+
+
+def test_print_shows_the_status_line_and_writes_nothing(home, environ):
+    path = claude_code_settings(home)
+    path.write_text("{}")
+
+    output = register(home, environ, "linux", "--print")
+
+    assert path.read_text() == "{}"
+    assert backups_of(path) == []
+    assert f'+    "command": {json.dumps(BRIDGE_STATUS_LINE["command"])},' in output
+
+
+def test_without_claude_code_settings_directory_nothing_is_created(home, environ):
+    output = register(home, environ, "linux")
+
+    assert not (home / ".claude").exists()
+    assert "No Claude Code settings directory" in output
+    assert json.dumps({"statusLine": BRIDGE_STATUS_LINE}) in output
+
+
+def test_no_status_line_leaves_claude_code_settings_alone(home, environ):
+    path = claude_code_settings(home)
+
+    output = register(home, environ, "linux", "--no-status-line")
+
+    assert not path.exists()
+    assert "statusLine" not in output
+
+
+def test_status_line_url_and_claude_config_dir(home, environ, tmp_path):
+    config_dir = tmp_path / "claude-config"
+    config_dir.mkdir()
+    environ["CLAUDE_CONFIG_DIR"] = str(config_dir)
+
+    register(home, environ, "linux", "--url", "http://127.0.0.1:9911/")
+
+    command = json.loads((config_dir / "settings.json").read_text())["statusLine"]["command"]
+    assert shlex.split(command)[-2:] == ["--url", "http://127.0.0.1:9911"]
+    assert not (home / ".claude").exists()
+
+
+def test_a_url_the_status_line_cannot_use_is_refused(home, environ):
+    with pytest.raises(CommandError, match="http://"):
+        register(home, environ, "linux", "--url", "https://127.0.0.1:8800")
+
+
+def test_bad_claude_code_settings_stop_every_write(home, environ):
+    desktop = linux_config(home)
+    path = claude_code_settings(home)
+    path.write_text('{"statusLine": ')
+
+    with pytest.raises(CommandError, match="nothing was written") as refused:
+        register(home, environ, "linux")
+
+    assert str(path) in str(refused.value)
+    assert not desktop.exists()
+    assert path.read_text() == '{"statusLine": '
+
+
+@pytest.mark.parametrize(
+    "python, script, expected",
+    [
+        (
+            r"C:\Users\me\bridge\.venv\Scripts\python.exe",
+            r"C:\Users\me\bridge\jobs\statusline.py",
+            "C:/Users/me/bridge/.venv/Scripts/python.exe -S -I C:/Users/me/bridge/jobs/statusline.py "
+            "--url http://127.0.0.1:8800",
+        ),
+        (
+            r"C:\Program Files (x86)\Bridge\.venv\Scripts\python.exe",
+            r"D:\My Projects\bridge\jobs\statusline.py",
+            '"C:/Program Files (x86)/Bridge/.venv/Scripts/python.exe" -S -I "D:/My Projects/bridge/jobs/statusline.py" '
+            "--url http://127.0.0.1:8800",
+        ),
+        (
+            r"C:\Users\$me\py.exe",
+            r"C:\b\jobs\statusline.py",
+            "'C:/Users/$me/py.exe' -S -I C:/b/jobs/statusline.py --url http://127.0.0.1:8800",
+        ),
+    ],
+    ids=["plain", "spaces", "dollar"],
+)
+def test_the_windows_status_line_command_survives_git_bash_and_cmd(python, script, expected):
+    command = integrations.statusline_command("http://127.0.0.1:8800", "win32", python, script)
+
+    assert command == expected
+    assert integrations.is_bridge_status_line({"command": command})
+
+
+def test_the_status_line_command_quotes_posix_paths():
+    command = integrations.statusline_command("http://127.0.0.1:8800", "darwin", "/Users/me/My Bridge/.venv/bin/python")
+
+    assert shlex.split(command)[0] == "/Users/me/My Bridge/.venv/bin/python"
+
+
+# --- where Claude Desktop is, by platform and environment --------------------------------------------------
+
+
+def test_windows_places_follow_appdata_and_localappdata():
+    environ = {"APPDATA": r"E:\Roaming", "LOCALAPPDATA": r"F:\Local", "USERPROFILE": r"C:\Users\me"}
+
+    places = integrations.claude_desktop_places(PureWindowsPath(r"C:\Users\me"), environ, "win32")
+
+    assert [str(place) for place in places] == [
+        r"E:\Roaming\Claude\claude_desktop_config.json",
+        r"F:\Local\Packages\Claude_*\LocalCache\Roaming\Claude\claude_desktop_config.json",
+        r"F:\Local\Claude-Data\*\claude_desktop_config.json",
+    ]
+
+
+def test_windows_places_without_appdata_come_from_the_profile():
+    environ = {"USERPROFILE": r"C:\Users\Jo Smith"}
+
+    places = integrations.claude_desktop_places(PureWindowsPath(r"C:\Users\other"), environ, "win32")
+
+    assert [str(place) for place in places] == [
+        r"C:\Users\Jo Smith\AppData\Roaming\Claude\claude_desktop_config.json",
+        r"C:\Users\Jo Smith\AppData\Local\Packages\Claude_*\LocalCache\Roaming\Claude\claude_desktop_config.json",
+        r"C:\Users\Jo Smith\AppData\Local\Claude-Data\*\claude_desktop_config.json",
+    ]
+
+
+def test_macos_and_linux_places():
+    home = PurePosixPath("/Users/me")
+
+    assert [str(p) for p in integrations.claude_desktop_places(home, {"HOME": "/Users/me"}, "darwin")] == [
+        "/Users/me/Library/Application Support/Claude/claude_desktop_config.json"
+    ]
+    assert [str(p) for p in integrations.claude_desktop_places(home, {"XDG_CONFIG_HOME": "/xdg"}, "linux")] == [
+        "/xdg/Claude/claude_desktop_config.json"
+    ]
+
+
+def test_windows_store_claude_data_install_is_found(home, tmp_path, environ):
+    local = tmp_path / "AppData" / "Local"
+    environ |= {"APPDATA": str(tmp_path / "AppData" / "Roaming"), "LOCALAPPDATA": str(local)}
+    store = local / "Claude-Data" / "Claude_pzs8sxrjxfjjc"
+    store.mkdir(parents=True)
+    (store / integrations.CLAUDE_DESKTOP_CONFIG).write_text('{"mcpServers": {"files": {"command": "npx"}}}')
+    (local / "Claude-Data" / "stray-file.txt").write_text("not an install")
+
+    register(home, environ, "win32")
+
+    config = json.loads((store / integrations.CLAUDE_DESKTOP_CONFIG).read_text())
+    assert set(config["mcpServers"]) == {"files", "bridge"}
+    assert integrations.claude_desktop_configs(home, environ, "win32") == [store / integrations.CLAUDE_DESKTOP_CONFIG]
+
+
+def test_nothing_found_on_windows_lists_every_pattern(home, environ):
+    environ |= {"APPDATA": str(home / "Roaming"), "LOCALAPPDATA": str(home / "Local")}
+
+    output = register(home, environ, "win32")
+
+    assert "Claude_*" in output and "Claude-Data" in output
+
+
+# --- line endings -----------------------------------------------------------------------------------------
+
+
+def test_a_crlf_config_stays_crlf(home, environ):
+    config = linux_config(home)
+    original = b'{\r\n  "mcpServers": {\r\n    "files": {"command": "npx"}\r\n  }\r\n}\r\n'
+    config.write_bytes(original)
+    settings_path = claude_code_settings(home)
+    settings_path.write_bytes(b'{\r\n  "model": "opus"\r\n}\r\n')
+
+    register(home, environ, "linux")
+    output = register(home, environ, "linux")
+
+    for path in (config, settings_path):
+        written = path.read_bytes()
+        assert written.count(b"\r\n") == written.count(b"\n") > 3, f"{path} lost its CRLF line endings"
+        assert f"{path}: up to date" in output, "CRLF vs LF is no change"
+    assert "bridge" in json.loads(config.read_bytes())["mcpServers"]
+    assert backups_of(config)[0].read_bytes() == original
+
+
+def test_an_lf_config_stays_lf(home, environ):
+    config = linux_config(home)
+    config.write_bytes(b'{\n  "mcpServers": {}\n}\n')
+
+    register(home, environ, "linux")
+
+    assert b"\r" not in config.read_bytes()

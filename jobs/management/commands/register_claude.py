@@ -1,5 +1,5 @@
-"""`manage.py register_claude [--print]`: add Bridge's MCP server to every Claude Desktop config found, and print the
-line that adds it to Claude Code."""
+"""`manage.py register_claude [--print]`: add Bridge's MCP server to every Claude Desktop config found, Bridge's status
+line to Claude Code's settings, and print the line that adds the MCP server to Claude Code."""
 
 import json
 import os
@@ -14,24 +14,66 @@ from jobs import integrations
 
 class Command(BaseCommand):
     help = (
-        "Add (or update) Bridge's MCP server 'bridge' in every Claude Desktop config found, keeping everything else "
-        "and backing up the old file; print the command that adds it to Claude Code."
+        "Add (or update) Bridge's MCP server 'bridge' in every Claude Desktop config found and Bridge's statusLine in "
+        "Claude Code's settings.json, keeping everything else and backing up the old file; print the command that "
+        "adds the MCP server to Claude Code."
     )
     # Tests pass a temporary home, environment and platform through call_command; the command line cannot.
     stealth_options = ("home", "environ", "platform")
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "--print", action="store_true", dest="dry_run", help="show the change for each config; write nothing"
+            "--print", action="store_true", dest="dry_run", help="show the change for each file; write nothing"
         )
+        parser.add_argument(
+            "--url",
+            default=integrations.DEFAULT_BRIDGE_URL,
+            help=f"where the status line asks Bridge (GET <url>/health; default {integrations.DEFAULT_BRIDGE_URL})",
+        )
+        parser.add_argument(
+            "--replace-status-line",
+            action="store_true",
+            help="replace a statusLine in Claude Code's settings that is not Bridge's (by default it is kept)",
+        )
+        parser.add_argument("--no-status-line", action="store_true", help="leave Claude Code's settings.json alone")
 
-    def handle(self, *args, dry_run: bool, **options):
+    def handle(self, *args, dry_run: bool, url: str, replace_status_line: bool, no_status_line: bool, **options):
+        if not url.startswith("http://"):
+            raise CommandError(f"--url must start with http:// (the status line speaks plain HTTP), not {url!r}")
         home = Path(options.get("home", Path.home()))
         environ = options.get("environ", os.environ)
         platform = options.get("platform", sys.platform)
         entry = integrations.mcp_server_entry(environ)
 
         paths = integrations.claude_desktop_configs(home, environ, platform)
+        changes, problems = self.desktop_changes(paths, entry)
+        settings_path = integrations.claude_code_settings(home, environ)
+        status_line = integrations.status_line_entry(url.rstrip("/"), platform)
+        status_change, kept = None, None
+        if not no_status_line and settings_path.parent.is_dir():
+            try:
+                status_change, kept = self.status_line_change(settings_path, status_line, replace_status_line)
+            except integrations.ConfigError as exc:
+                problems.append(str(exc))
+        if problems:
+            listed = "\n  ".join(problems)
+            raise CommandError(f"nothing was written:\n  {listed}\nFix the file (or move it away) and run this again.")
+
+        if not paths:
+            self.report_nothing_found(home, environ, platform, entry)
+        for change in changes:
+            self.stdout.write(integrations.show_or_apply(change, dry_run))
+        if not no_status_line:
+            self.report_status_line(settings_path, status_line, status_change, kept, dry_run)
+        for warning in integrations.credential_warnings(entry):
+            self.stderr.write(f"note: {warning}")
+        if any(change.changed for change in changes) and not dry_run:
+            self.stdout.write("Quit Claude Desktop completely and start it again to load Bridge's tools.")
+        self.stdout.write("\nTo add Bridge to Claude Code as well (every project), run:")
+        self.stdout.write(integrations.claude_code_command(entry, platform))
+
+    @staticmethod
+    def desktop_changes(paths: list[Path], entry: dict) -> tuple[list[integrations.FileChange], list[str]]:
         changes, problems = [], []
         for path in paths:
             current = integrations.read_text_if_exists(path)
@@ -41,20 +83,32 @@ class Command(BaseCommand):
                 problems.append(str(exc))
                 continue
             changes.append(integrations.FileChange(path, current, new))
-        if problems:
-            listed = "\n  ".join(problems)
-            raise CommandError(f"nothing was written:\n  {listed}\nFix the file (or move it away) and run this again.")
+        return changes, problems
 
-        if not paths:
-            self.report_nothing_found(home, environ, platform, entry)
-        for change in changes:
+    @staticmethod
+    def status_line_change(path: Path, status_line: dict, replace: bool) -> tuple[integrations.FileChange, object]:
+        current = integrations.read_text_if_exists(path)
+        new, kept = integrations.merged_claude_code_settings(path, current, status_line, replace_other=replace)
+        return integrations.FileChange(path, current, new), kept
+
+    def report_status_line(
+        self, path: Path, status_line: dict, change: integrations.FileChange | None, kept: object, dry_run: bool
+    ) -> None:
+        if change is None:
+            self.stdout.write(
+                f"No Claude Code settings directory at {path.parent}: start Claude Code once and run this again for "
+                f"Bridge's status line, or add this to {path} by hand:\n{json.dumps({'statusLine': status_line})}"
+            )
+        elif kept is not None:
+            shown = kept.get("command", kept) if isinstance(kept, dict) else kept
+            self.stdout.write(
+                f"{path}: kept its statusLine, which is not Bridge's ({json.dumps(shown)}); "
+                "run this again with --replace-status-line to show Bridge's instead"
+            )
+        else:
             self.stdout.write(integrations.show_or_apply(change, dry_run))
-        for warning in integrations.credential_warnings(entry):
-            self.stderr.write(f"note: {warning}")
-        if any(change.changed for change in changes) and not dry_run:
-            self.stdout.write("Quit Claude Desktop completely and start it again to load Bridge's tools.")
-        self.stdout.write("\nTo add Bridge to Claude Code as well (every project), run:")
-        self.stdout.write(integrations.claude_code_command(entry, platform))
+            if change.changed and not dry_run:
+                self.stdout.write("Start a new Claude Code session to see Bridge's status line.")
 
     def report_nothing_found(self, home: Path, environ: Mapping[str, str], platform: str, entry: dict) -> None:
         self.stdout.write("No Claude Desktop config found. Looked for:")
