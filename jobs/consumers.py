@@ -142,6 +142,7 @@ class TaskEventsConsumer(BridgeConsumer):
 
     @database_sync_to_async
     def read_after(self) -> tuple[dict, list[dict]]:
+        actions.settle_if_orphaned(self.task)
         events = actions.read_transcript(self.task, self.since, EVENT_BATCH)
         state = task_state(self.task)
         connection.close_if_unusable_or_obsolete()
@@ -173,12 +174,13 @@ class TaskListConsumer(BridgeConsumer):
 
     @database_sync_to_async
     def read_changes(self) -> dict | None:
+        actions.settle_running_tasks()  # a row whose supervisor died turns orphaned here, with the event that says so
         newer = TaskEvent.objects.filter(pk__gt=max(0, self.cursor - LIST_OVERLAP))
         latest = newer.aggregate(latest=Max("pk"))["latest"]
         if latest is None or latest <= self.cursor:
             return None
         task_ids = set(newer.values_list("task_id", flat=True).distinct())
-        tasks = Task.objects.filter(pk__in=task_ids).with_pending_count().newest_first()
+        tasks = Task.objects.filter(pk__in=task_ids).select_related("session").with_pending_count().newest_first()
         rows = [
             {"id": str(task.public_id), "status": task.status, "agent": task.agent, "html": render_row(task)}
             for task in tasks
@@ -189,7 +191,7 @@ class TaskListConsumer(BridgeConsumer):
             "cursor": latest,
             "tasks": rows,
             "pending_permissions": len(actions.pending_permissions()),
-            "counts": actions.queue_counts(),
+            "counts": Task.objects.counts_by_status(),
         }
 
     async def run_pump(self) -> None:

@@ -8,6 +8,8 @@ Hermes writes of them).
 import importlib.metadata
 import json
 import shutil
+import sqlite3
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +46,19 @@ def acp_installed(executable: str) -> bool:
     if not found:
         return False
     return any((site / "acp" / "__init__.py").exists() for site in site_packages(Path(found)))
+
+
+def hermes_session_source(session_id: str, home: Path | None = None) -> str | None:
+    """Where Hermes says a session came from ("acp", "cli", …), read from its own store ($HERMES_HOME/state.db,
+    read-only, without starting Hermes): "" when the store has no such session, None when there is no store to ask.
+    Hermes' ACP server reopens only sessions it created itself; the others resume in one-shot mode."""
+    store = Path(home or settings.BRIDGE_HERMES_HOME) / "state.db"
+    try:
+        with closing(sqlite3.connect(f"{store.as_uri()}?mode=ro", uri=True, timeout=5)) as db:
+            row = db.execute("SELECT source FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    except sqlite3.Error:
+        return None
+    return "" if row is None else str(row[0] or "unknown")
 
 
 def hermes_version(executable: Path) -> str | None:

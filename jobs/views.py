@@ -5,7 +5,7 @@ Pages are thin adapters: every button calls the same jobs.actions function as th
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from functools import wraps
 
 from asgiref.sync import sync_to_async
@@ -23,13 +23,14 @@ from django.urls import reverse
 from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_GET, require_POST
 
-from jobs import actions, auth, doorbell, reports
+from jobs import actions, auth, doorbell, hbridge, reports
 from jobs.errors import BridgeError, InvalidInput
 from jobs.forms import DecisionForm, FollowUpForm, NewTaskForm
 from jobs.models import Task, TaskEvent
 from jobs.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, Source, Status, choices
 
 SSE_BATCH = 500
+SSE_PRIME = 200  # events a resumed stream re-reads so it does not send a streamed text twice
 
 
 @require_GET
@@ -39,10 +40,9 @@ def health(request: HttpRequest) -> JsonResponse:
     ok = state.database == "ok"
     status = "ok" if ok else "degraded"
     database = "ok" if ok else "error (details in the server log)"
-    return JsonResponse(
-        {"status": status, "database": database, "supervisors": len(state.workers), "tasks": state.counts},
-        status=200 if status == "ok" else 503,
-    )
+    body = {"status": status, "database": database, "supervisors": len(state.workers), "tasks": state.counts}
+    body["pending_permissions"] = state.pending_permissions
+    return JsonResponse(body, status=200 if status == "ok" else 503)
 
 
 def _sse(event_id: int | None, event: str, data: dict) -> bytes:
@@ -50,27 +50,41 @@ def _sse(event_id: int | None, event: str, data: dict) -> bytes:
     return f"{head}event: {event}\ndata: {json.dumps(data, cls=DjangoJSONEncoder)}\n\n".encode()
 
 
-def _read_after(task: Task, since: int) -> tuple[str, list[TaskEvent]]:
+def _frames(frames: Iterable[hbridge.Frame]) -> bytes:
+    return b"".join(_sse(event_id, name, payload) for name, payload, event_id in frames)
+
+
+def _read_after(task: Task, since: int) -> tuple[str, list[dict]]:
+    actions.settle_if_orphaned(task)
     events = actions.read_transcript(task, since, SSE_BATCH)
     connection.close_if_unusable_or_obsolete()
-    return task.status, events
+    return task.status, [actions.event_data(e) for e in events]
+
+
+def _read_before(task: Task, since: int) -> list[dict]:
+    """The events a resumed stream sent last time (up to SSE_PRIME of them), for its translation's memory."""
+    start = max(0, since - SSE_PRIME)
+    events = actions.events_since(task, start, since - start) if since else []
+    connection.close_if_unusable_or_obsolete()
+    return [actions.event_data(e) for e in events]
 
 
 async def _stream(task: Task, since: int) -> AsyncIterator[bytes]:
+    """Bridge's events and hbridge's (jobs/hbridge.py), read from the database by seq, until the task has ended."""
+    translator = hbridge.StreamTranslator(str(task.public_id))
+    translator.prime(await sync_to_async(_read_before)(task, since))
     waiter = doorbell.AsyncWaiter(str(task.public_id))
     heartbeat = settings.BRIDGE_SSE_HEARTBEAT_S
     try:
-        yield b"retry: 2000\n\n"
+        yield b"retry: 2000\n\n" + _frames([translator.opened(task.status, task.error)])
         last_sent = time.monotonic()
         while True:
             status, events = await sync_to_async(_read_after)(task, since)
-            for event in events:
-                yield _sse(event.seq, event.kind, actions.event_data(event))
-                since = event.seq
             if events:
-                last_sent = time.monotonic()
+                yield _frames(frame for event in events for frame in translator.translate(event))
+                since, last_sent = events[-1]["seq"], time.monotonic()
             if status in TERMINAL_STATUSES and len(events) < SSE_BATCH:
-                yield _sse(None, "end", {"task_id": str(task.public_id), "status": status, "last_seq": since})
+                yield _frames(translator.ending(status, task.exit_code, task.error, since))
                 return
             if events:
                 continue
@@ -120,11 +134,13 @@ def _open_stream(request: HttpRequest) -> tuple[Task, int] | HttpResponse:
     if auth.authenticate(request) is None:
         return auth.unauthorized()
     since = actions.parse_seq(request.GET.get("since") or request.headers.get("Last-Event-ID"), "since / Last-Event-ID")
-    return actions.get_task(request.GET.get("task_id", "")), since
+    task_id = request.GET.get("task_id") or request.GET.get("id") or ""  # ?id= as hbridge's DESIGN wrote it
+    return actions.get_task(task_id), since
 
 
 async def task_stream(request: HttpRequest) -> HttpResponse:
-    """SSE: `id:` is the event's seq; resume with Last-Event-ID or ?since=; ends with an `end` event."""
+    """SSE in Bridge's and hbridge's vocabularies (jobs/hbridge.py): Bridge's events have `id:` = seq (resume with
+    Last-Event-ID or ?since=); the stream opens with `connected` and ends with `end`, then hbridge's `done`."""
     if request.method != "GET":
         return JsonResponse({"error": "use GET", "code": "method_not_allowed"}, status=405)
     opened = await sync_to_async(_open_stream)(request)
@@ -146,7 +162,8 @@ DASHBOARD_LIMIT = 200
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Every task, newest first; rows update live over /ws/tasks/ from the cursor the page was rendered at."""
     status, agent = request.GET.get("status", ""), request.GET.get("agent", "")
-    tasks = Task.objects.newest_first()
+    actions.settle_running_tasks()
+    tasks = Task.objects.select_related("session").newest_first()
     if status:
         tasks = tasks.filter(status=status)
     if agent:
@@ -155,7 +172,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "tasks": tasks.with_pending_count()[:DASHBOARD_LIMIT],
         "cursor": TaskEvent.objects.aggregate(latest=Max("pk"))["latest"] or 0,
         "pending_permissions": len(actions.pending_permissions()),
-        "counts": actions.queue_counts(),
+        "counts": Task.objects.counts_by_status(),
         "statuses": list(Status),
         "agents": choices(Agent),
         "status": status,
@@ -259,6 +276,7 @@ def usage(request: HttpRequest) -> HttpResponse:
     context = {
         "by_day": by_day,
         "by_directory": reports.usage_by_directory(),
+        "by_session": reports.usage_by_session(),
         "cost_bars": reports.bar_chart(by_day, "day", "cost"),
         "token_bars": reports.bar_chart(by_day, "day", "tokens"),
         "chart_width": reports.CHART_WIDTH,

@@ -2,12 +2,18 @@
 Streamable HTTP on a real `runbridge`. Jobs run on the fake stream-json agent (and the fake one-shot Hermes)."""
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
+import sqlite3
+import subprocess
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +21,16 @@ import httpx
 import httpx2
 import psutil
 import pytest
+from django.utils import timezone
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from jobs import actions, hermes_skills
-from jobs.models import Task, Worker
+from jobs.mcp import full_log, reads
+from jobs.models import Task, TaskEvent, Worker
 from jobs.vocabulary import Status
 from tests.e2e import BridgeServer
-from tests.support import FAKES, REPO, TOOLS
+from tests.support import FAKES, REPO, TOOLS, has_event, make_task, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 JOB_ID = re.compile(r"^JOB_ID: (\S+)$", re.M)
@@ -341,12 +349,13 @@ def test_hermes_missing_is_a_clear_error(mcp_env, work_root):
 
 
 def fake_hermes_install(root: Path, version: str = "0.19.7") -> Path:
-    """A venv-shaped folder with an executable `hermes` (leaving a `ran` file when run) and hermes-agent's
-    package metadata."""
+    """A venv-shaped folder with an executable Python console script `hermes` (leaving a `ran` file when run), as
+    pip writes one, and hermes-agent's package metadata."""
     executable = root / "bin" / "hermes"
     executable.parent.mkdir(parents=True)
     executable.write_text(
-        f'#!/bin/sh\ntouch "{root / "ran"}"\nexec "{sys.executable}" "{FAKES / "fake_hermes.py"}" "$@"\n'
+        f"#!{sys.executable}\nimport pathlib, runpy\npathlib.Path({str(root / 'ran')!r}).touch()\n"
+        f"runpy.run_path({str(FAKES / 'fake_hermes.py')!r}, run_name='__main__')\n"
     )
     executable.chmod(0o755)
     dist = root / "lib" / "python3.11" / "site-packages" / f"hermes_agent-{version}.dist-info"
@@ -503,3 +512,202 @@ def test_capabilities_fall_back_to_the_index_hermes_writes(tmp_path):
     assert [(s.name, s.category) for s in hermes_skills.search(library, "gif")] == [("gif-maker", "media/images")]
     missing = tmp_path / "missing"
     assert hermes_skills.read_library(missing).problems == [f"no skill library at {missing / 'skills'}"]
+
+
+# --- orphans seen when a job is read -----------------------------------------------------------------------
+
+
+def test_a_killed_supervisors_job_is_orphaned_by_the_very_next_read(mcp_env, work_root):
+    """No other supervisor runs here and the MCP server starts none for reads: only the read can settle it."""
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "manage.py"), "supervise"], env=mcp_env, cwd=REPO, stderr=subprocess.DEVNULL
+    )
+    try:
+        task = wait_for(make_task("say before the crash\nsleep 60"), has_event("text", text="before the crash"))
+        worker = Task.objects.select_related("worker").get(pk=task.pk).worker
+        proc.kill()
+        proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(task.pid, signal.SIGKILL)  # the agent too, whatever the parent-death signal did
+    finally:
+        proc.kill()
+    assert worker in list(Worker.objects.live(actions.WORKER_STALE_AFTER)), (
+        "its heartbeat is still fresh: heartbeat age alone calls it alive"
+    )
+
+    async def steps(session: Session):
+        status = await session.call("hermes_status", job_id=str(task.public_id), wait_s=60)
+        return status, await session.call("hermes_health"), await session.call("hermes_jobs")
+
+    status, health, jobs = over_stdio(mcp_env, steps)
+    assert status.status == "STATUS: orphaned", status
+    assert f"ERROR: its supervisor ({worker.name}, pid {worker.pid}) stopped while the task was running" in status.text
+    assert "NOT a failure" not in status.text and "before the crash" in status.text
+    assert "SUPERVISOR: none alive" in health.text and "running=0, ok=0, error=0, cancelled=0" in health.text
+    assert "orphaned=1" in health.text and "orphaned=1" in jobs.text
+    task.refresh_from_db()
+    assert task.status == Status.ORPHANED and actions.events_since(task)[-1].data["status"] == "orphaned"
+
+
+def running_task(worker: Worker, pid: int | None = None, create_time: float | None = None) -> Task:
+    task = make_task("say hi")
+    Task.objects.filter(pk=task.pk).update(
+        status=Status.RUNNING, worker=worker, pid=pid, process_create_time=create_time, started_at=timezone.now()
+    )
+    return Task.objects.get(pk=task.pk)
+
+
+def a_worker(name: str, *, host: str | None = None, create_time: float = 0.0, heartbeat_age_s: float = 0) -> Worker:
+    """A supervisor row: on this host with this process's pid and `create_time` (0: not this process, so dead)."""
+    return Worker.objects.create(
+        name=name,
+        host=host or socket.gethostname(),
+        pid=os.getpid(),
+        process_create_time=create_time,
+        capacity=1,
+        heartbeat_at=timezone.now() - timedelta(seconds=heartbeat_age_s),
+    )
+
+
+def test_reads_settle_orphans_and_kill_an_agent_that_outlived_its_supervisor(transactional_db, work_root):
+    agent = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        dead = a_worker("here:dead")
+        task = running_task(dead, agent.pid, psutil.Process(agent.pid).create_time())
+        assert dead in list(Worker.objects.live(actions.WORKER_STALE_AFTER)) and dead not in actions.live_supervisors()
+        read = actions.get_task(str(task.public_id))
+        assert read.status == Status.ORPHANED
+        assert read.error.startswith(f"its supervisor (here:dead, pid {os.getpid()}) stopped while the task was")
+        assert "the agent process was still alive and has been killed" in read.error
+        assert agent.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        agent.kill()
+        agent.wait()
+
+    alive = a_worker("here:alive", create_time=psutil.Process().create_time(), heartbeat_age_s=3600)
+    far_fresh = a_worker("far:fresh", host="elsewhere.example")
+    far_stale = a_worker("far:stale", host="elsewhere.example", heartbeat_age_s=60)
+    tasks = [running_task(w) for w in (alive, far_fresh, far_stale, a_worker("here:dead2"))]
+    waiting_on = running_task(a_worker("here:dead3"))
+    assert actions.settle_running_tasks() == 3
+    statuses = [Task.objects.get(pk=t.pk).status for t in tasks]
+    assert statuses == [Status.RUNNING, Status.RUNNING, Status.ORPHANED, Status.ORPHANED]
+    assert {w.name for w in actions.live_supervisors()} == {"far:fresh"}, "same host: pid and create time decide"
+    assert reads.needs_attention(waiting_on.pk) is True, "a waiting hermes_status sees the orphan too"
+    assert Task.objects.get(pk=waiting_on.pk).status == Status.ORPHANED
+
+
+# --- FULL_LOG ------------------------------------------------------------------------------------------------
+
+FULL_LOG = re.compile(r"^FULL_LOG: (\S+)$", re.M)
+LOGGED_SEQ = re.compile(r"^\[\d\d:\d\d:\d\d #(\d+)\] ", re.M)
+
+
+def test_full_log_is_the_whole_transcript_appended_once_and_only_it_is_readable(mcp_env, supervisor, work_root):
+    script = 'say first words\nask Bash {"command": "echo made > made.txt"}\nsay last words'
+    data_dir = Path(mcp_env["BRIDGE_DATA_DIR"]).resolve()
+
+    async def steps(session: Session):
+        asked = await session.call("claude_run", task=script, cwd=str(work_root), wait_s=60)
+        early = await session.call("hermes_read", path=FULL_LOG.search(asked.text).group(1))
+        await session.call("permission_decide", job_id=asked.job_id, behavior="allow")
+        done = await session.call("hermes_status", job_id=asked.job_id, wait_s=60)
+        again = await session.call("hermes_status", job_id=asked.job_id, wait_s=0)
+        path = FULL_LOG.search(done.text).group(1)
+        link = data_dir / "logs" / f"{uuid.uuid4()}.log"
+        link.symlink_to(data_dir / "secret_key")
+        return (
+            asked,
+            early,
+            done,
+            again,
+            {
+                "log": await session.call("hermes_read", path=path),
+                "folder": await session.call("hermes_read", path=str(data_dir / "logs")),
+                "secret": await session.call("hermes_read", path=str(data_dir / "secret_key")),
+                "linked": await session.call("hermes_read", path=str(link)),
+                "no log yet": await session.call("hermes_read", path=str(data_dir / "logs" / f"{uuid.uuid4()}.log")),
+            },
+        )
+
+    asked, early, done, again, read = over_stdio(mcp_env, steps)
+    assert "PENDING_PERMISSIONS: 1" in asked.text and done.status == "STATUS: ok", done
+    path = Path(FULL_LOG.search(done.text).group(1))
+    assert path == data_dir / "logs" / f"{done.job_id}.log" and FULL_LOG.search(again.text).group(1) == str(path)
+    assert "permission_request: request" in early.text and "text\nlast words" not in early.text
+    log_text = path.read_text()
+    task = Task.objects.get(public_id=done.job_id)
+    seqs = [int(n) for n in LOGGED_SEQ.findall(log_text)]
+    assert seqs == list(range(1, task.last_seq + 1)), "every event once, in order, across three refreshes"
+    for words in ("first words", "tool_use: Bash", "permission_decision: request", "allowed by mcp", "last words"):
+        assert words in log_text, words
+    assert f"TASK:\n{script}" in log_text and "status: done" in log_text
+    assert not read["log"].is_error and "last words" in read["log"].text
+    assert f"{done.job_id}.log" in read["folder"].text
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    secret = (data_dir / "secret_key").read_text().strip()
+    for name in ("secret", "linked"):
+        assert read[name].status == "STATUS: refused" and secret not in read[name].text, read[name]
+    assert read["no log yet"].is_error and "no full log for job" in read["no log yet"].text
+
+
+def test_full_log_renders_streamed_text_once_under_one_heading():
+    def event(seq: int, kind: str, **data: Any) -> TaskEvent:
+        return TaskEvent(seq=seq, kind=kind, data=data, created_at=timezone.now())
+
+    events = [event(1, "text_delta", text="Hel"), event(2, "text_delta", text="lo")]
+    text, run, at_line_start = full_log.render(events, "-", True)
+    assert run == "text_delta" and not at_line_start and text.endswith("text_delta\nHello")
+    more = [event(3, "text_delta", text=" there"), event(4, "context_usage", used=1)]
+    text, run, at_line_start = full_log.render(more, run, at_line_start)
+    assert text.startswith(" there\n\n[") and text.endswith('context_usage: {"used": 1}\n')
+    last = [event(5, "text", text="Hello there"), event(6, "text", text="Next"), event(7, "output", text="a")]
+    text, run, at_line_start = full_log.render(last, run, at_line_start)
+    assert "Hello there" not in text and "] text\nNext\n" in text and text.endswith("output\na\n")
+    assert (run, at_line_start) == ("output", True)
+
+
+# --- resuming sessions Bridge never ran -------------------------------------------------------------------
+
+
+def hermes_store(home: Path, *session_ids: str) -> None:
+    """A Hermes session store as 0.19 keeps it ($HERMES_HOME/state.db, table `sessions`), in WAL mode."""
+    home.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(home / "state.db")) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, started_at REAL NOT NULL)")
+        db.executemany("INSERT INTO sessions VALUES (?, 'cli', 0)", [(s,) for s in session_ids])
+        db.commit()
+
+
+def test_hermes_resume_continues_sessions_started_elsewhere(mcp_env, supervisor, work_root, tmp_path, settings):
+    settings.BRIDGE_HERMES_BIN = str(fake_hermes_install(tmp_path / "hv"))
+    settings.BRIDGE_HERMES_MODE = "oneshot"
+    by_hand = "20260101_093000_a1b2c3"
+    hermes_store(Path(mcp_env["HERMES_HOME"]), by_hand)
+    elsewhere = work_root / "elsewhere"
+    elsewhere.mkdir()
+    env = {**mcp_env, "BRIDGE_HERMES_BIN": settings.BRIDGE_HERMES_BIN, "BRIDGE_HERMES_MODE": "oneshot"}
+    no_store = {**env, "HERMES_HOME": str(tmp_path / "no-hermes-home")}
+
+    async def steps(session: Session):
+        resumed = await session.call("hermes_resume", session_id=by_hand, task="say resumed", cwd=str(elsewhere))
+        resumed = await session.call("hermes_status", job_id=resumed.job_id, wait_s=60)
+        typo = await session.call("hermes_resume", session_id=by_hand[:-1], task="say x", cwd=str(elsewhere))
+        return resumed, typo
+
+    async def without_a_store(session: Session):
+        unchecked = await session.call("hermes_resume", session_id="20250101_000000_ffffff", task="say y", wait_s=60)
+        return unchecked, await session.call("hermes_resume", session_id="--yolo", task="say x")
+
+    resumed, typo = over_stdio(env, steps)
+    unchecked, flag = over_stdio(no_store, without_a_store)
+    assert resumed.status == "STATUS: ok" and "resumed" in resumed.text, resumed
+    assert SESSION_ID.search(resumed.text).group(1) == by_hand and f"CWD: {elsewhere}" in resumed.text
+    task = Task.objects.get(public_id=resumed.job_id)
+    assert (task.resume_session_id, task.cwd, task.session.session_id) == (by_hand, str(elsewhere), by_hand)
+    assert typo.is_error and "\nCODE: no_such_session" in typo.text
+    assert f"neither does Hermes' session store {Path(mcp_env['HERMES_HOME']) / 'state.db'}" in typo.text
+    assert flag.is_error and "not starting with '-'" in flag.text
+    assert not unchecked.is_error and "SESSION_ID: 20250101_000000_ffffff" in unchecked.text, unchecked
+    assert Task.objects.count() == 2

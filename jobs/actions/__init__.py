@@ -6,6 +6,14 @@ Callers use `from jobs import actions` and `actions.<name>`; the names below are
 """
 
 from jobs.actions.events import append_events, event_data, events_since, parse_seq, read_transcript, status_event
+from jobs.actions.liveness import (
+    SystemState,
+    live_supervisors,
+    settle_if_orphaned,
+    settle_orphans,
+    settle_running_tasks,
+    system_state,
+)
 from jobs.actions.permissions import (
     MAX_MESSAGE_CHARS,
     MAX_UPDATED_INPUT_BYTES,
@@ -42,20 +50,15 @@ from jobs.actions.tasks import (
     create_task,
     get_task,
     known_session_id,
-    queue_counts,
     request_cancel,
     task_cwd_and_session,
 )
 from jobs.actions.tokens import create_token, mark_token_used, revoke_tokens
 from jobs.actions.workers import (
     WORKER_STALE_AFTER,
-    SystemState,
     heartbeat,
-    live_workers,
-    process_matches,
     register_worker,
     stop_worker,
-    system_state,
     worker_is_alive,
 )
 
@@ -91,7 +94,7 @@ __all__ = [
     "heartbeat",
     "known_session_id",
     "link_session",
-    "live_workers",
+    "live_supervisors",
     "mark_delivered",
     "mark_orphaned",
     "mark_spawned",
@@ -99,13 +102,14 @@ __all__ = [
     "parse_seq",
     "pending_permissions",
     "permission_data",
-    "process_matches",
-    "queue_counts",
     "read_transcript",
     "record_permission_request",
     "register_worker",
     "request_cancel",
     "revoke_tokens",
+    "settle_if_orphaned",
+    "settle_orphans",
+    "settle_running_tasks",
     "status_event",
     "stop_worker",
     "system_state",

@@ -7,11 +7,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count
 from django.utils import timezone
 
-from jobs import doorbell, paths
+from jobs import doorbell, hermes_skills, paths
 from jobs.actions.events import append_events, status_event
+from jobs.actions.liveness import settle_if_orphaned
 from jobs.errors import Conflict, InvalidInput, NotFound, QueueFull
 from jobs.models import AgentSession, Task
 from jobs.vocabulary import Agent, PermissionMode, Source, Status
@@ -26,6 +26,9 @@ AGENT_OPTIONS = {
     Agent.HERMES: {"model", "max_turns", "skills", "toolsets"},
 }
 LIST_OPTIONS = {"allowed_tools", "skills", "toolsets"}
+# A list option goes into the agent's argv (shown by `ps`, and one argv string is capped at 128 KiB by Linux).
+MAX_LIST_ENTRIES = 100
+MAX_LIST_CHARS = 8_000  # the entries joined with commas, as the agents take them
 
 
 def get_task(task_id: str | uuid.UUID) -> Task:
@@ -35,9 +38,10 @@ def get_task(task_id: str | uuid.UUID) -> Task:
     except ValueError:
         raise NotFound(f"no task {task_id!r}: task ids look like 0b4f8e2c-…", code="no_such_task") from None
     try:
-        return Task.objects.select_related("session").get(public_id=public_id)
+        task = Task.objects.select_related("session").get(public_id=public_id)
     except Task.DoesNotExist:
         raise NotFound(f"no task {task_id}", code="no_such_task") from None
+    return settle_if_orphaned(task)  # every read sees a dead supervisor's task as orphaned at once
 
 
 @dataclass
@@ -84,7 +88,18 @@ def checked_options(agent: str, options: dict[str, Any]) -> dict[str, Any]:
         elif key in LIST_OPTIONS:
             if not isinstance(value, list):
                 raise InvalidInput(f"{key} must be a list of names")
-            checked[key] = [argv_value(f"an entry of {key}", item) for item in value]
+            entries = [argv_value(f"an entry of {key}", item) for item in value[: MAX_LIST_ENTRIES + 1]]
+            size = len(",".join(entries))
+            if len(value) > MAX_LIST_ENTRIES or size > MAX_LIST_CHARS:
+                what = f"{len(value)} entries" if len(value) > MAX_LIST_ENTRIES else f"{size} characters"
+                raise InvalidInput(
+                    f"{key} has {what}, over the limit of {MAX_LIST_ENTRIES} entries and {MAX_LIST_CHARS} characters "
+                    "in all (they go on the agent's command line): name fewer",
+                    option=key,
+                    max_entries=MAX_LIST_ENTRIES,
+                    max_chars=MAX_LIST_CHARS,
+                )
+            checked[key] = entries
         else:
             checked[key] = argv_value(key, value)
     return checked
@@ -127,8 +142,9 @@ def create_task(spec: TaskSpec) -> Task:
     options = checked_options(spec.agent, spec.options)
     if spec.resume_session_id:
         argv_value("the session id", spec.resume_session_id)
-    timeout_s = settings.BRIDGE_TASK_TIMEOUT_S if spec.timeout_s is None else spec.timeout_s
-    if not 1 <= timeout_s <= MAX_TIMEOUT_S:
+    # None: no limit, when the operator set BRIDGE_TASK_TIMEOUT_S=0 and the task names none
+    timeout_s = (settings.BRIDGE_TASK_TIMEOUT_S or None) if spec.timeout_s is None else spec.timeout_s
+    if timeout_s is not None and not 1 <= timeout_s <= MAX_TIMEOUT_S:
         raise InvalidInput(f"timeout_s must be between 1 and {MAX_TIMEOUT_S} seconds, not {timeout_s}")
 
     cwd, session = task_cwd_and_session(spec)
@@ -186,7 +202,9 @@ def create_or_join_task(spec: TaskSpec) -> tuple[Task, bool]:
 
 def known_session_id(agent: str, session_id: str, cwd: str | None) -> str:
     """The agent session a resume should continue: `latest` is the newest one Bridge ran for that cwd (the
-    default cwd when none is given); any other id must be one Bridge has recorded, so typos fail before a run."""
+    default cwd when none is given); any other id must be one Bridge has recorded or, for Hermes, one in Hermes' own
+    session store ($HERMES_HOME/state.db, read without starting Hermes), so typos fail before a run. Where no store
+    can be read here, any well-formed Hermes id is taken and the agent's own error tells if it is wrong."""
     session_id = (session_id or "").strip()
     if session_id == "latest":
         resolved = str(paths.resolve_cwd(cwd))
@@ -202,12 +220,24 @@ def known_session_id(agent: str, session_id: str, cwd: str | None) -> str:
                 code="no_such_session",
             )
         return task.session.session_id
-    if not AgentSession.objects.filter(agent=agent, session_id=session_id).exists():
-        raise NotFound(
-            f"Bridge knows no {agent} session {session_id!r}; use a session id from an earlier reply, or 'latest'",
-            code="no_such_session",
+    if AgentSession.objects.filter(agent=agent, session_id=session_id).exists():
+        return session_id
+    if agent == Agent.HERMES:  # a session started by hand, or by the older MCP server
+        source = hermes_skills.hermes_session_source(session_id)
+        if source is None:
+            return argv_value("the session id", session_id)  # no store to ask here: let Hermes say
+        if source:
+            return session_id
+    raise NotFound(
+        f"Bridge knows no {agent} session {session_id!r}"
+        + (
+            f", and neither does Hermes' session store {settings.BRIDGE_HERMES_HOME / 'state.db'}"
+            if agent == Agent.HERMES
+            else ""
         )
-    return session_id
+        + "; use a session id from an earlier reply, or 'latest'",
+        code="no_such_session",
+    )
 
 
 def continue_task(task: Task, prompt: str, *, source: str = Source.API, created_by: str = "") -> Task:
@@ -265,11 +295,3 @@ def request_cancel(task: Task, reason: str = "cancelled by request", by: str = "
     raise Conflict(
         f"task {task.public_id} has already ended ({task.status}); there is nothing to cancel", code="task_ended"
     )
-
-
-def queue_counts() -> dict[str, int]:
-    """How many tasks are in each status (every status present, zeros included)."""
-    counts = dict.fromkeys((s.value for s in Status), 0)
-    for row in Task.objects.values("status").annotate(n=Count("id")):
-        counts[row["status"]] = row["n"]
-    return counts

@@ -1,5 +1,6 @@
 """The database reads behind the MCP replies that jobs.actions does not offer: all of them in one place."""
 
+from jobs import actions
 from jobs.models import PermissionRequest, Task, TaskEvent
 from jobs.vocabulary import Agent
 
@@ -26,8 +27,8 @@ def queued_ahead(task: Task) -> int:
 
 
 def needs_attention(task_pk: int) -> bool:
-    """A waiting tool returns early when its task ends or asks a permission question."""
-    task = Task.objects.only("status").get(pk=task_pk)
+    """A waiting tool returns early when its task ends (its supervisor dying included) or asks a question."""
+    task = actions.settle_if_orphaned(Task.objects.get(pk=task_pk))
     return task.is_terminal or PermissionRequest.objects.pending().filter(task_id=task_pk).exists()
 
 

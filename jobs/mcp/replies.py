@@ -61,6 +61,11 @@ def _capped(text: str, cap: int) -> str:
 # --- a task ----------------------------------------------------------------------------------------------
 
 
+def full_log_line(path: Path | None, problem: str = "") -> str:
+    """Where the job's whole transcript can be read (with hermes_read), or why it cannot."""
+    return f"FULL_LOG: {path}" if path is not None else f"FULL_LOG: unavailable ({problem})"
+
+
 def _task_header(task: Task, notes: Sequence[str]) -> list[str]:
     lines = [
         f"STATUS: {status_word(task.status)}",

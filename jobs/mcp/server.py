@@ -25,9 +25,10 @@ How to work with it:
   collect the result with hermes_status(job_id=…, wait_s=…) — it works for every job — and never re-run the task.
   Sending the same task for the same cwd again while it runs returns the same job.
 - Continue an agent's conversation with hermes_resume / claude_resume (session_id from an earlier reply, or
-  "latest" for the newest session Bridge ran in that cwd).
+  "latest" for the newest session Bridge ran in that cwd); hermes_resume also takes any Hermes session id.
 - Claude jobs may ask permission for tools: permissions_pending lists the questions, permission_decide answers.
-- Verify the artifacts yourself with hermes_read (files and directories, without waking an agent).
+- Verify the artifacts yourself with hermes_read (files and directories, without waking an agent). A job's whole
+  transcript is the file on its FULL_LOG line: open it with hermes_read too.
 - Statuses: queued (waiting for a worker), running, ok (finished, exit 0), error (the agent failed; read the
   output and error), timeout (it hit its timeout_s), cancelled (by task_cancel or a shutdown), orphaned (its
   supervisor died; the output so far is kept; nothing is re-run), refused (cwd or path outside the allowed roots;

@@ -22,7 +22,7 @@ class SupervisorStarter:
 
     def ensure(self) -> str:
         """Returns a note for the reply when no supervisor was alive, else ''."""
-        if actions.live_workers():
+        if actions.live_supervisors():  # a supervisor killed a moment ago does not count
             return ""
         if self.process is not None and self.process.poll() is None:
             return replies.supervisor_starting(self.process.pid)

@@ -5,6 +5,7 @@ Failures are raised (jobs.errors) and turned into replies in one place, `jobs.mc
 """
 
 import dataclasses
+import logging
 import mimetypes
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -14,20 +15,24 @@ from django.conf import settings
 
 from jobs import actions, hermes_skills, paths
 from jobs.errors import BridgeError, InvalidInput
-from jobs.mcp import reads, replies, waiting
+from jobs.mcp import full_log, reads, replies, waiting
 from jobs.mcp.server import ErrorReport, in_db, tool
 from jobs.mcp.stdio import supervisor_starter
 from jobs.models import Task
 from jobs.vocabulary import Agent, DecidedVia, Source, Status
 
+log = logging.getLogger(__name__)
 DEFAULT_READ_BYTES = 64 * 1024
 MAX_CAPABILITIES = 500
 MAX_JOBS = 200
 
 
 def describe(task: Task, notes: Sequence[str] = ()) -> str:
-    """A task's reply as it is now: progress and the newest output while it runs, else its result."""
+    """A task's reply as it is now: progress and the newest output while it runs, else its result; with the
+    FULL_LOG line naming its whole transcript, brought up to date."""
     task.refresh_from_db()
+    task = actions.settle_if_orphaned(task)
+    notes = [_full_log(task), *notes]
     if task.is_terminal:
         output = task.result or reads.output_tail(task, settings.BRIDGE_MCP_OUTPUT_CHARS + 1)
         return replies.finished_task(task, notes, output)
@@ -38,6 +43,14 @@ def describe(task: Task, notes: Sequence[str] = ()) -> str:
         pending=len(actions.pending_permissions(task)),
         tail=reads.output_tail(task, replies.RUNNING_TAIL_CHARS),
     )
+
+
+def _full_log(task: Task) -> str:
+    try:
+        return replies.full_log_line(full_log.refresh(task))
+    except OSError as exc:
+        log.warning("could not write the full log of task %s: %s", task.public_id, exc)
+        return replies.full_log_line(None, f"{exc.strerror or exc}")
 
 
 def _require_hermes() -> None:
@@ -56,6 +69,7 @@ def _listify(value: list[str] | str | None) -> list[str] | None:
 
 
 def _start(spec: actions.TaskSpec) -> tuple[Task, list[str]]:
+    actions.settle_running_tasks()  # never join an identical task whose supervisor is dead
     task, created = actions.create_or_join_task(spec)
     notes = [] if created else [replies.joined_existing(task)]
     supervisor_note = supervisor_starter.ensure()
@@ -72,7 +86,8 @@ async def _run(spec: actions.TaskSpec, wait_s: float) -> str:
 
 
 async def _resume(session_id: str, spec: actions.TaskSpec, wait_s: float) -> str:
-    """Both agents' resume: `session_id` ("latest" or an id) must name a session Bridge ran in spec.cwd."""
+    """Both agents' resume: `session_id` is "latest" (the newest session Bridge ran in spec.cwd) or a session id
+    Bridge recorded (which fixes the cwd) or, for Hermes, any id in Hermes' own session store."""
     resume_id = await in_db(actions.known_session_id)(spec.agent, session_id, spec.cwd)
     return await _run(dataclasses.replace(spec, resume_session_id=resume_id), wait_s)
 
@@ -106,8 +121,10 @@ async def hermes_resume(
     timeout_s: int | None = None,
     wait_s: float = 5,
 ) -> str:
-    """Continue a Hermes session with a new task. session_id comes from an earlier reply's SESSION_ID, or is
-    "latest" for the newest Hermes session Bridge ran in cwd. A session can only continue in its own cwd."""
+    """Continue a Hermes session with a new task. session_id is an earlier reply's SESSION_ID, any Hermes session
+    id (also one started by hand or by another tool, e.g. from `hermes sessions list`), or "latest" for the newest
+    Hermes session Bridge ran in cwd. A session Bridge ran continues in its own cwd; another one in cwd (or the
+    default)."""
     _require_hermes()
     options = dict(max_turns=max_turns)
     spec = actions.TaskSpec(
@@ -178,7 +195,8 @@ async def hermes_status(job_id: str, wait_s: float = 30) -> str:
 
 
 def _jobs(limit: int) -> str:
-    return replies.job_list(actions.queue_counts(), reads.newest_tasks(limit))
+    actions.settle_running_tasks()
+    return replies.job_list(Task.objects.counts_by_status(), reads.newest_tasks(limit))
 
 
 @tool
@@ -242,7 +260,7 @@ async def permission_decide(
 
 
 def _read(path: str, max_bytes: int) -> str:
-    target = paths.resolve_readable(path)
+    target = full_log.readable(path) or paths.resolve_readable(path)
     if target.is_dir():
         return replies.directory(target, sorted(target.iterdir(), key=lambda p: p.name))
     if not target.is_file():
@@ -256,7 +274,7 @@ def _read(path: str, max_bytes: int) -> str:
 @tool
 async def hermes_read(path: str, max_bytes: int = DEFAULT_READ_BYTES) -> str:
     """Read a file (text up to max_bytes; binary files are described) or list a directory, without waking an
-    agent. path must be absolute and inside the allowed roots (or BRIDGE_READ_ROOTS)."""
+    agent. path must be absolute and inside the allowed roots (or BRIDGE_READ_ROOTS), or a job's FULL_LOG."""
     if max_bytes < 1:
         raise InvalidInput(replies.at_least_one("max_bytes", max_bytes))
     cap, note = settings.BRIDGE_READ_MAX_BYTES, ""

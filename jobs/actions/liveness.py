@@ -1,0 +1,92 @@
+"""Orphans seen when a job is read: a running task whose supervisor is dead is marked `orphaned` by the first read
+that looks at it, not by the next supervisor's scan (docs/architecture.md, "Orphans").
+
+A supervisor is alive if it has not stopped and, on this host, its pid still has the recorded create time, or, on
+another host, its heartbeat is fresh (`worker_is_alive`). Every adapter's single-task read goes through `get_task`,
+which settles the task it returns; list and count reads call `settle_running_tasks` (or `settle_orphans` on the
+rows they hold) first, and health (`system_state`) lists only `live_supervisors`.
+"""
+
+import logging
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from jobs import processes
+from jobs.actions.runs import mark_orphaned
+from jobs.actions.workers import WORKER_STALE_AFTER, worker_is_alive
+from jobs.models import PermissionRequest, Task, Worker
+from jobs.vocabulary import Status
+
+log = logging.getLogger(__name__)
+
+
+def settle_if_orphaned(task: Task) -> Task:
+    """The task as it really is: a running task whose supervisor is dead is marked orphaned first (with a reason
+    naming that supervisor), and its agent, if still alive on this host, is killed: nobody can manage it now."""
+    if task.status != Status.RUNNING:
+        return task
+    worker = Worker.objects.filter(pk=task.worker_id).first() if task.worker_id else None
+    if worker_is_alive(worker):
+        return task
+    return _orphan(task, worker)
+
+
+def settle_orphans(tasks: Iterable[Task]) -> list[Task]:
+    """settle_if_orphaned for the rows of a list read, asking about each supervisor once; returns them, updated."""
+    tasks = list(tasks)
+    running = [task for task in tasks if task.status == Status.RUNNING]
+    if running:
+        workers = Worker.objects.in_bulk({task.worker_id for task in running if task.worker_id})
+        alive = {pk: worker_is_alive(worker) for pk, worker in workers.items()}
+        for task in running:
+            if not alive.get(task.worker_id, False):
+                _orphan(task, workers.get(task.worker_id))
+    return tasks
+
+
+def settle_running_tasks() -> int:
+    """Orphan every running task whose supervisor is dead; call it before counting or listing tasks. Returns how
+    many were orphaned now."""
+    running = list(Task.objects.running())
+    return sum(task.status == Status.ORPHANED for task in settle_orphans(running))
+
+
+def live_supervisors() -> list[Worker]:
+    """Supervisors alive now: not stopped, a fresh heartbeat, and on this host still the process that registered
+    (a supervisor killed a second ago keeps a fresh heartbeat for up to WORKER_STALE_AFTER)."""
+    return [worker for worker in Worker.objects.live(WORKER_STALE_AFTER) if worker_is_alive(worker)]
+
+
+@dataclass
+class SystemState:
+    database: str  # "ok", or the error that reaching it raised
+    counts: dict[str, int]
+    workers: list[Worker]
+    pending_permissions: int = 0  # requests waiting for someone to decide
+
+
+def system_state() -> SystemState:
+    """What a health check reports, with dead supervisors' running tasks orphaned first and only live supervisors
+    listed; a broken database is reported, not raised."""
+    try:
+        settle_running_tasks()
+        pending = PermissionRequest.objects.pending().count()
+        return SystemState("ok", Task.objects.counts_by_status(), live_supervisors(), pending)
+    except Exception as exc:
+        log.warning("health: the database cannot be read: %s", exc)
+        return SystemState(f"error: {exc.__class__.__name__}: {exc}", {}, [])
+
+
+def _orphan(task: Task, worker: Worker | None) -> Task:
+    if worker is None:
+        reason = "its supervisor is gone (no record of it is left)"
+    else:
+        reason = f"its supervisor ({worker.name}, pid {worker.pid}) stopped while the task was running"
+    on_this_host = worker is not None and worker.host == socket.gethostname()
+    if on_this_host and processes.same_process(task.pid, task.process_create_time):
+        processes.kill_tree(task.pid, task.process_create_time)  # and everything it started
+        reason += "; the agent process was still alive and has been killed"
+    task = mark_orphaned(task, reason + ". Nothing was re-run.")
+    log.warning("task %s orphaned when read: %s", task.public_id, reason)
+    return task
