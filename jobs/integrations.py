@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 import yaml
 from django.conf import settings
 
+from jobs.processes import PLATFORM
+
 SERVER_NAME = "bridge"
 CLAUDE_DESKTOP_CONFIG = "claude_desktop_config.json"
 CLAUDE_CODE_SETTINGS = "settings.json"
@@ -85,7 +87,7 @@ def mcp_server_entry(environ: Mapping[str, str]) -> dict:
     }
 
 
-def claude_code_command(entry: dict, platform: str = sys.platform) -> str:
+def claude_code_command(entry: dict, platform: str = PLATFORM) -> str:
     """The `claude mcp add` line that registers the same server with Claude Code, for every project (user scope)."""
     argv = ["claude", "mcp", "add", SERVER_NAME, "--scope", "user"]
     for name, value in entry["env"].items():
@@ -124,16 +126,14 @@ def shell_word(word: str, platform: str) -> str:
     return f'"{word}"'
 
 
-def statusline_command(
-    url: str, platform: str = sys.platform, python: str | None = None, script: str | None = None
-) -> str:
+def statusline_command(url: str, platform: str = PLATFORM, python: str | None = None, script: str | None = None) -> str:
     """The command Claude Code runs for Bridge's status line: this venv's Python, without site-packages (-S) or the
     user's environment (-I), on the standalone script."""
     argv = [python or sys.executable, "-S", "-I", script or str(statusline_script()), "--url", url]
     return " ".join(shell_word(word, platform) for word in argv)
 
 
-def status_line_entry(url: str, platform: str = sys.platform) -> dict:
+def status_line_entry(url: str, platform: str = PLATFORM) -> dict:
     """Bridge's `statusLine` in Claude Code's settings."""
     return {"type": "command", "command": statusline_command(url, platform), "padding": 0}
 
@@ -305,12 +305,14 @@ def atomic_write(path: Path, text: str) -> None:
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)
         raise
-    if os.name == "posix":
+    try:  # make the rename durable; Windows cannot open a folder this way, and its rename is already durable
         directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+    except OSError:
+        return
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def backup(path: Path) -> Path:

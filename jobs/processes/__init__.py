@@ -23,6 +23,7 @@ from jobs.processes.watchdog import Watchdog
 from jobs.processes.windows import Win32, WindowsBackend
 
 __all__ = [
+    "PLATFORM",
     "PortableBackend",
     "PosixBackend",
     "Watchdog",
@@ -41,6 +42,9 @@ __all__ = [
 ]
 
 BACKEND_NAMES = ("auto", "posix", "portable", "windows")
+# The one place Bridge asks which OS it runs on ("win32", "darwin", "linux", …); other modules take it from here, or
+# as a parameter, so each platform's rules can be tested on any of them.
+PLATFORM = sys.platform
 WATCHDOG = Watchdog()
 _backends: dict[str, PortableBackend] = {}
 _lock = threading.Lock()
@@ -55,7 +59,7 @@ def get_backend(name: str | None = None) -> PortableBackend:
     if name not in BACKEND_NAMES:
         raise ValueError(f"BRIDGE_PROCESS_BACKEND={name!r} must be one of {', '.join(BACKEND_NAMES)}")
     if name == "auto":
-        name = "windows" if sys.platform == "win32" else "posix"
+        name = "windows" if PLATFORM == "win32" else "posix"
     with _lock:
         if name not in _backends:
             _backends[name] = _make(name)

@@ -3,13 +3,12 @@ line to Claude Code's settings, and print the line that adds the MCP server to C
 
 import json
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import integrations
+from jobs import integrations, processes
 
 
 class Command(BaseCommand):
@@ -42,7 +41,7 @@ class Command(BaseCommand):
             raise CommandError(f"--url must start with http:// (the status line speaks plain HTTP), not {url!r}")
         home = Path(options.get("home", Path.home()))
         environ = options.get("environ", os.environ)
-        platform = options.get("platform", sys.platform)
+        platform = options.get("platform", processes.PLATFORM)
         entry = integrations.mcp_server_entry(environ)
 
         paths = integrations.claude_desktop_configs(home, environ, platform)
