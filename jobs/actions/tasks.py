@@ -120,9 +120,9 @@ def task_cwd_and_session(spec: TaskSpec) -> tuple[Path, AgentSession | None]:
     return cwd, session
 
 
-def create_task(spec: TaskSpec) -> Task:
-    """Validate, confine and queue a task. Nothing runs until a supervisor claims it."""
-    prompt = spec.prompt if isinstance(spec.prompt, str) else ""
+def check_prompt(prompt: object) -> str:
+    """The task text, refused when it is empty or over BRIDGE_MAX_PROMPT_BYTES."""
+    prompt = prompt if isinstance(prompt, str) else ""
     if not prompt.strip():
         raise InvalidInput("prompt is empty: say what the agent should do")
     size = len(prompt.encode())
@@ -131,6 +131,11 @@ def create_task(spec: TaskSpec) -> Task:
             f"prompt is {size} bytes, over the limit of {settings.BRIDGE_MAX_PROMPT_BYTES} "
             "(BRIDGE_MAX_PROMPT_BYTES); put long material in a file in the working directory instead"
         )
+    return prompt
+
+
+def checked_run_settings(spec: TaskSpec) -> tuple[str, dict[str, Any], int | None]:
+    """The permission mode, options and timeout a spec asks for, validated: (mode, options, timeout_s)."""
     if spec.agent not in SUPPORTED_AGENTS:
         raise InvalidInput(
             f"unknown agent {spec.agent!r}; this Bridge runs: {', '.join(SUPPORTED_AGENTS)}",
@@ -146,7 +151,13 @@ def create_task(spec: TaskSpec) -> Task:
     timeout_s = (settings.BRIDGE_TASK_TIMEOUT_S or None) if spec.timeout_s is None else spec.timeout_s
     if timeout_s is not None and not 1 <= timeout_s <= MAX_TIMEOUT_S:
         raise InvalidInput(f"timeout_s must be between 1 and {MAX_TIMEOUT_S} seconds, not {timeout_s}")
+    return mode, options, timeout_s
 
+
+def create_task(spec: TaskSpec) -> Task:
+    """Validate, confine and queue a task. Nothing runs until a supervisor claims it."""
+    prompt = check_prompt(spec.prompt)
+    mode, options, timeout_s = checked_run_settings(spec)
     cwd, session = task_cwd_and_session(spec)
     resume_id = (spec.resume_session_id or "").strip()
 
@@ -180,8 +191,7 @@ def create_or_join_task(spec: TaskSpec) -> tuple[Task, bool]:
     queued or running: a planner that re-sends a task it lost track of gets the job already doing it.
     Returns (task, created)."""
     cwd, _ = task_cwd_and_session(spec)
-    mode = PermissionMode.SKIP if spec.skip_permissions else spec.permission_mode
-    options = checked_options(spec.agent, spec.options)
+    mode, options, _ = checked_run_settings(spec)
     with transaction.atomic():
         candidates = (
             Task.objects.active()
