@@ -92,6 +92,9 @@ class Worker(models.Model):
     started_at = models.DateTimeField(auto_now_add=True)
     heartbeat_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
+    # What it can serve: the allowed roots on its host, and labels a planner may target (besides its name and host).
+    roots = models.JSONField(default=list, blank=True)
+    labels = models.JSONField(default=list, blank=True)
 
     objects = WorkerQuerySet.as_manager()
 
@@ -149,11 +152,24 @@ class Task(models.Model):
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.TextField(blank=True)
     last_seq = models.IntegerField(default=0)
+    # Set by create-or-join: one active (queued or running) task per key, enforced by the database across processes.
+    dedupe_key = models.CharField(max_length=64, blank=True, default="")
+    # A supervisor name, host or label the planner asked for; empty: any supervisor that serves the cwd.
+    target = models.CharField(max_length=200, blank=True, default="")
+    # Why a queued task is not running yet, when that is not just a busy queue (e.g. no live supervisor serves it).
+    wait_reason = models.TextField(blank=True, default="")
 
     objects = TaskQuerySet.as_manager()
 
     class Meta:
         indexes = [models.Index(fields=["status", "created_at"], name="task_queue_order")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dedupe_key"],
+                condition=models.Q(status__in=["queued", "running"]) & ~models.Q(dedupe_key=""),
+                name="one_active_task_per_dedupe_key",
+            )
+        ]
 
     def __str__(self) -> str:
         return str(self.public_id)
