@@ -7,6 +7,7 @@ again after BRIDGE_POLL_S.
 """
 
 import asyncio
+import logging
 from urllib.parse import parse_qs, urlparse
 
 from channels.db import database_sync_to_async
@@ -19,10 +20,11 @@ from django.http.request import split_domain_port, validate_host
 from django.template.loader import render_to_string
 
 from jobs import actions, auth, doorbell
-from jobs.errors import BridgeError, Unauthenticated
+from jobs.errors import BridgeError, NotFound, Unauthenticated
 from jobs.models import Task, TaskEvent
 from jobs.vocabulary import TERMINAL_STATUSES
 
+log = logging.getLogger(__name__)
 EVENT_BATCH = 500
 LIST_MIN_INTERVAL_S = 0.25  # the list coalesces bursts of news (token streaming) into a few updates
 LIST_OVERLAP = 200  # ids can commit out of order on PostgreSQL: look back a little, rows are idempotent
@@ -115,7 +117,18 @@ class BridgeConsumer(AsyncJsonWebsocketConsumer):
         self.waiter = doorbell.AsyncWaiter(self.key)
         await self.waiter.joined()
         await self.accept()
-        self.pump = asyncio.create_task(self.run_pump())
+        self.pump = asyncio.create_task(self.pump_or_close())
+
+    async def pump_or_close(self) -> None:
+        """An unexpected error ends the socket with 1011 and a reason, after its traceback is logged: never silent."""
+        try:
+            await self.run_pump()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("websocket %s failed", self.scope.get("path"))
+            await self.send_json({"type": "error", "code": "internal_error", "message": "Bridge failed; see its log"})
+            await self.close(code=1011)
 
     async def disconnect(self, code: int) -> None:
         pump = getattr(self, "pump", None)
@@ -125,11 +138,22 @@ class BridgeConsumer(AsyncJsonWebsocketConsumer):
         if waiter is not None:
             waiter.close()
 
-    async def receive_json(self, content, **kwargs) -> None:
-        await self.send_json({"type": "error", "message": "this socket only sends; use the page's forms or REST"})
+    async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
+        """These sockets only send: any frame, text, JSON or binary, gets the same answer and the socket stays open."""
+        message = "this socket only sends; use the page's forms or REST"
+        await self.send_json({"type": "error", "code": "read_only", "message": message})
 
     async def run_pump(self) -> None:
         raise NotImplementedError
+
+
+class NoSuchSocket(BridgeConsumer):
+    """Any other /ws/ path: refused in words with 4404, like an unknown task, instead of a failed handshake."""
+
+    async def open(self) -> None:
+        raise NotFound(
+            f"no websocket at {self.scope.get('path')!r}: use /ws/tasks/ or /ws/tasks/<task id>/", code="no_such_socket"
+        )
 
 
 class TaskEventsConsumer(BridgeConsumer):

@@ -1,7 +1,9 @@
 """Websockets: replay from a seq then live events, no gap when the channel layer drops rings, auth and Origin."""
 
 import asyncio
+import logging
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -324,3 +326,59 @@ def test_a_separate_process_rings_through_redis(work_root, token, settings, redi
         await ws.disconnect()
 
     run(body)
+
+
+# --- bad input before and after the handshake: an answer in words, never a 500 or a traceback ---------------------
+
+
+def odd_paths(seed: int, count: int) -> list[str]:
+    """Paths no route serves, generated: unknown words, deep nesting, odd characters, very long ones."""
+    rng = random.Random(seed)
+    alphabet = "abcxyz019-_.~%"
+    paths = ["/ws/", "/ws", "/ws/tasks", "/ws/tasks/x/y/", "/ws/admin/", "/elsewhere/", "/ws/" + "a" * 5000 + "/"]
+    for _ in range(count):
+        parts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(rng.randint(1, 4))]
+        paths.append("/ws/" + "/".join(parts) + rng.choice(["", "/"]))
+    return paths
+
+
+def test_unknown_websocket_paths_are_refused_in_words(work_root, token, caplog):
+    async def body():
+        for path in odd_paths(seed=11, count=20):
+            ws = communicator(path, bearer(token))
+            assert (await ws.connect())[0], path
+            message = await ws.receive_json_from()
+            assert message["type"] == "error" and message["code"] == "no_such_socket", (path, message)
+            assert (await ws.receive_output())["code"] == 4404
+
+    run(body)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], "a refusal is not an error in the log"
+
+
+def odd_frames(seed: int, count: int) -> list[dict]:
+    rng = random.Random(seed)
+    frames = [{"text_data": "not json"}, {"text_data": "{"}, {"text_data": '{"type": "x"}'}, {"text_data": " "}]
+    frames += [{"bytes_data": b"\x00\xff binary"}, {"bytes_data": b"\x00"}, {"text_data": "[" * 10000}]
+    for _ in range(count):
+        if rng.random() < 0.5:
+            frames.append({"bytes_data": bytes(rng.randrange(256) for _ in range(rng.randint(1, 300)))})
+        else:
+            frames.append({"text_data": "".join(chr(rng.randint(32, 0x2FFF)) for _ in range(rng.randint(1, 300)))})
+    return frames
+
+
+def test_any_frame_a_client_sends_is_answered_and_the_socket_stays_open(work_root, token, caplog):
+    task = make_task("say hi")
+
+    async def body():
+        ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token))
+        assert (await ws.connect())[0]
+        await drain(ws)
+        for frame in odd_frames(seed=5, count=30):
+            await ws.send_to(**frame)
+            answer = await ws.receive_json_from(timeout=5)
+            assert answer["type"] == "error" and answer["code"] == "read_only", (frame, answer)
+        await ws.disconnect()
+
+    run(body)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], "no traceback for a client's odd frame"
