@@ -49,7 +49,20 @@ def env_list(name: str, default: list[str], sep: str = ",") -> list[str]:
 
 
 DATA_DIR = Path(os.environ.get("BRIDGE_DATA_DIR") or BASE_DIR / "var").expanduser().resolve()
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def _owner_only(path: Path, mode: int) -> None:
+    """Bridge's data is for this user only; a file or folder made before this rule is tightened too."""
+    try:
+        if not path.exists():
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, mode))
+        path.chmod(mode)
+    except OSError:
+        pass  # not ours to change (e.g. another user's data dir): Bridge still runs, as before
+
+
+_owner_only(DATA_DIR, 0o700)
 
 
 def _secret_key() -> str:
@@ -132,6 +145,9 @@ else:
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Tests run threads and subprocesses against one database: it must be a real file, not shared memory.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+    if str(DATABASES["default"]["NAME"]) != ":memory:":
+        # made 0600 before SQLite opens it: SQLite gives the database's -wal and -shm files its mode
+        _owner_only(Path(DATABASES["default"]["NAME"]), 0o600)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -84,6 +84,23 @@ def resolve_readable(raw: str) -> Path:
 
 def is_bridge_private(path: Path) -> bool:
     """Bridge's data dir (database, secret key, logs), whatever the roots say — except allowed roots inside it
-    (the default work root lives there)."""
+    (the default work root lives there). A hard link to one of Bridge's own files is that file, wherever it is."""
     data_dir = Path(settings.DATA_DIR).resolve()
-    return is_inside(path, [data_dir]) and not is_inside(path, [r for r in allowed_roots() if r != data_dir])
+    if is_inside(path, [data_dir]) and not is_inside(path, [r for r in allowed_roots() if r != data_dir]):
+        return True
+    return _identity(path) in _own_file_identities(data_dir)
+
+
+def _own_file_identities(data_dir: Path) -> set[tuple[int, int]]:
+    """The (device, inode) of every file Bridge keeps directly in its data dir (database, secret key, logs…)."""
+    try:
+        entries = list(os.scandir(data_dir))
+    except OSError:
+        return set()
+    identities = set()
+    for entry in entries:
+        if entry.is_file(follow_symlinks=False):
+            identity = _identity(Path(entry.path))
+            if identity is not None:
+                identities.add(identity)
+    return identities
