@@ -200,6 +200,9 @@ if BRIDGE_PROCESS_BACKEND not in ("auto", "posix", "portable", "windows"):
     raise SystemExit(f"BRIDGE_PROCESS_BACKEND={BRIDGE_PROCESS_BACKEND!r} must be auto, posix, portable or windows")
 BRIDGE_DRAIN_S = env_int("BRIDGE_DRAIN_S", 30, minimum=0)
 BRIDGE_POLL_S = env_float("BRIDGE_POLL_S", 0.5, minimum=0.05)
+# Connections the OS queues before runbridge accepts them: a burst of 200 at once must not be reset (the OS may cap
+# it lower: net.core.somaxconn on Linux).
+BRIDGE_LISTEN_BACKLOG = env_int("BRIDGE_LISTEN_BACKLOG", 1024, minimum=1)
 BRIDGE_SSE_HEARTBEAT_S = env_int("BRIDGE_SSE_HEARTBEAT_S", 15, minimum=1)
 BRIDGE_PASS_ENV = env_list("BRIDGE_PASS_ENV", [])
 BRIDGE_READ_ROOTS = [Path(p).expanduser() for p in env_list("BRIDGE_READ_ROOTS", [], sep=os.pathsep)]

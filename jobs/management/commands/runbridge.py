@@ -4,6 +4,7 @@ It prints a one-time login link for the browser, so a newcomer needs no password
 """
 
 import logging
+import socket
 import sys
 import threading
 
@@ -23,6 +24,34 @@ from jobs.supervisor import Supervisor
 log = logging.getLogger("jobs")
 
 
+class ListeningServer(Server):
+    """Daphne's server, keeping why it could not listen (Daphne itself only logs it and exits 0)."""
+
+    listen_failure = ""
+
+    def listen_error(self, failure) -> None:
+        self.listen_failure = failure.getErrorMessage()
+        super().listen_error(failure)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail before anything starts (the supervisor included) when the address is taken, saying what to do."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        socket.create_server((host.strip("[]"), port), family=family).close()
+    except OSError as exc:
+        raise CommandError(port_taken(host, port, exc.strerror or str(exc))) from None
+
+
+def port_taken(host: str, port: int, reason: str) -> str:
+    return (
+        f"cannot listen on {host}:{port}: {reason}. Is Bridge (or another server) already running there? "
+        f"Stop it, or use another port: `make run PORT={port + 1}` (or `runbridge --port {port + 1}`)"
+    )
+
+
 class Command(BaseCommand):
     help = "Serve Bridge on 127.0.0.1 and run its tasks. SIGTERM, Ctrl-C or Ctrl-Break: stop serving, drain, exit."
 
@@ -32,6 +61,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-supervisor", action="store_true", help="serve only; run tasks elsewhere")
 
     def handle(self, *args, host, port, no_supervisor, **options):
+        check_port_free(host, port)
         self.login_path = self._login_link()
         supervisor = None
         if not no_supervisor:
@@ -42,9 +72,10 @@ class Command(BaseCommand):
                 raise CommandError("the supervisor did not start within 60 s (is the database reachable?)")
             if supervisor.startup_error:
                 raise CommandError(f"{supervisor.startup_error}. Did you run 'python manage.py migrate'?")
-        server = Server(
+        endpoints = build_endpoint_description_strings(host=host, port=port)
+        server = ListeningServer(
             application=ASGIStaticFilesHandler(application),
-            endpoints=build_endpoint_description_strings(host=host, port=port),
+            endpoints=[f"{endpoint}:backlog={settings.BRIDGE_LISTEN_BACKLOG}" for endpoint in endpoints],
             signal_handlers=True,
             verbosity=0,
             ready_callable=lambda: reactor.callWhenRunning(self._announce, server),
@@ -55,6 +86,8 @@ class Command(BaseCommand):
             with processes.on_stop_signals(lambda name: None):
                 supervisor.request_stop()
                 thread.join()
+        if server.listen_failure:
+            raise CommandError(port_taken(host, port, server.listen_failure))
 
     def _login_link(self) -> str:
         """A link for the first superuser; on a fresh install, one named 'admin' without a password is made."""

@@ -1,0 +1,66 @@
+"""`manage.py runbridge` as an operator meets it: a port already taken, and a burst of connections at once."""
+
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from tests.e2e import REPO, BridgeServer
+
+
+@pytest.fixture
+def server(tmp_path):
+    with BridgeServer(tmp_path, "http://127.0.0.1:9") as bridge:
+        yield bridge
+
+
+def test_a_port_in_use_fails_at_once_with_what_to_do_and_starts_nothing(tmp_path):
+    taken = socket.create_server(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    try:
+        bridge = BridgeServer(tmp_path, "http://127.0.0.1:9")
+        subprocess.run(
+            [sys.executable, str(REPO / "manage.py"), "migrate", "-v0"], cwd=REPO, env=bridge.env, check=True
+        )
+        run = subprocess.run(
+            [sys.executable, str(REPO / "manage.py"), "runbridge", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=REPO,
+            env=bridge.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        taken.close()
+    assert run.returncode != 0, run.stdout
+    assert f"cannot listen on 127.0.0.1:{port}" in run.stderr and f"PORT={port + 1}" in run.stderr, run.stderr
+    with sqlite3.connect(bridge.data_dir / "bridge.sqlite3") as db:
+        assert db.execute("SELECT COUNT(*) FROM jobs_worker").fetchone() == (0,), "no supervisor starts before the bind"
+
+
+def test_two_hundred_connections_at_once_are_all_answered(server):
+    """The listen backlog holds a burst: every one of 200 simultaneous connections gets its /health answer."""
+    host, port = server.url.removeprefix("http://").rstrip("/").rsplit(":", 1)
+    answers: list[bytes] = []
+    errors: list[str] = []
+    start = threading.Barrier(200)
+
+    def get_health() -> None:
+        start.wait()
+        try:
+            with socket.create_connection((host, int(port)), timeout=30) as conn:
+                conn.sendall(f"GET /health HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+                answers.append(b"".join(iter(lambda: conn.recv(65536), b"")))
+        except OSError as exc:
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=get_health) for _ in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, f"{len(errors)} of 200 connections failed: {errors[:3]}"
+    assert len(answers) == 200 and all(answer.startswith(b"HTTP/1.") and b" 200 " in answer[:20] for answer in answers)
