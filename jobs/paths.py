@@ -6,6 +6,7 @@ from pathlib import Path, PurePath
 from django.conf import settings
 
 from jobs.errors import InvalidInput, NotFound, Refused
+from jobs.inputs import check_path_text
 
 
 def allowed_roots() -> list[Path]:
@@ -37,11 +38,11 @@ def resolve_cwd(raw: str | None) -> Path:
     if raw is None or not str(raw).strip():
         candidate = Path(settings.BRIDGE_DEFAULT_CWD)
     else:
-        candidate = Path(str(raw).strip()).expanduser()
+        candidate = expanded("cwd", check_path_text("cwd", raw).strip())
         if not candidate.is_absolute():
             raise InvalidInput(f"cwd must be an absolute path, got {raw!r}")
     roots = allowed_roots()
-    resolved = candidate.resolve()
+    resolved = resolved_or_refused("cwd", candidate)
     if not is_inside(resolved, roots):
         raise Refused(
             f"cwd {str(candidate)!r} resolves to {str(resolved)!r}, outside the allowed roots: "
@@ -56,6 +57,22 @@ def resolve_cwd(raw: str | None) -> Path:
     return resolved
 
 
+def expanded(name: str, text: str) -> Path:
+    """The path with a leading ~ or ~user expanded; naming a user this machine does not have is the caller's error."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        raise InvalidInput(f"{name} {text!r} starts with a home directory this machine does not know") from None
+
+
+def resolved_or_refused(name: str, candidate: Path) -> Path:
+    """The path with every symlink followed; a path the OS cannot even look up is the caller's error, not ours."""
+    try:
+        return candidate.resolve()
+    except (OSError, RuntimeError) as exc:
+        raise InvalidInput(f"{name} {str(candidate)!r} cannot be looked up: {getattr(exc, 'strerror', exc)}") from None
+
+
 def readable_roots() -> list[Path]:
     """Where hermes_read may look: the allowed roots plus BRIDGE_READ_ROOTS."""
     return allowed_roots() + [root.resolve() for root in settings.BRIDGE_READ_ROOTS]
@@ -63,10 +80,10 @@ def readable_roots() -> list[Path]:
 
 def resolve_readable(raw: str) -> Path:
     """Return the real path a planner may read, or raise: inside the readable roots unless BRIDGE_READ_ANYWHERE."""
-    candidate = Path(str(raw or "").strip()).expanduser()
+    candidate = expanded("path", check_path_text("path", raw or "").strip())
     if not str(raw or "").strip() or not candidate.is_absolute():
         raise InvalidInput(f"path must be an absolute path, got {raw!r}")
-    resolved = candidate.resolve()
+    resolved = resolved_or_refused("path", candidate)
     roots = readable_roots()
     if not settings.BRIDGE_READ_ANYWHERE and not is_inside(resolved, roots):
         raise Refused(
