@@ -711,3 +711,19 @@ def test_hermes_resume_continues_sessions_started_elsewhere(mcp_env, supervisor,
     assert flag.is_error and "not starting with '-'" in flag.text
     assert not unchecked.is_error and "SESSION_ID: 20250101_000000_ffffff" in unchecked.text, unchecked
     assert Task.objects.count() == 2
+
+
+def test_arguments_a_tool_does_not_take_are_refused_as_rest_refuses_unknown_fields(mcp_env, work_root):
+    """One rule on every interface: a misspelt or unknown argument is an error naming it, never silently ignored."""
+
+    async def steps(session: Session) -> dict[str, Reply]:
+        return {
+            "unknown": await session.call("hermes_jobs", limit=5, colour="blue"),
+            "misspelt": await session.call("claude_run", task="say hi", cwd=str(work_root), max_turn=3),
+            "bool as number": await session.call("claude_run", task="say hi", cwd=str(work_root), max_turns=True),
+        }
+
+    replies = over_stdio(mcp_env, steps)
+    for name, word in (("unknown", "colour"), ("misspelt", "max_turn"), ("bool as number", "max_turns")):
+        assert replies[name].is_error and word in replies[name].text, (name, replies[name])
+    assert not Task.objects.exists(), "nothing was started with arguments that were refused"

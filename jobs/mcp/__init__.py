@@ -6,9 +6,9 @@ The same server answers on stdio (`manage.py mcp`, `serve_stdio`) and over Strea
 http_app (/mcp behind a token), stdio (stdio serving and the detached supervisor it starts).
 """
 
-from jobs.mcp import tools  # noqa: F401  (importing it registers the tools on `server`)
+from jobs.mcp import tools  # noqa: F401  (importing it registers every tool before the server is made)
 from jobs.mcp.http_app import McpHttpApp
-from jobs.mcp.server import server
+from jobs.mcp.server import get_server
 from jobs.mcp.stdio import serve_stdio, supervisor_starter
 
-__all__ = ["McpHttpApp", "serve_stdio", "server", "supervisor_starter"]
+__all__ = ["McpHttpApp", "get_server", "serve_stdio", "supervisor_starter"]

@@ -7,7 +7,7 @@ from django.conf import settings
 from mcp.server.transport_security import TransportSecuritySettings
 
 from jobs import auth
-from jobs.mcp.server import in_db, server
+from jobs.mcp.server import get_server, in_db
 
 
 def _transport_security() -> TransportSecuritySettings:
@@ -41,7 +41,7 @@ class McpHttpApp:
 
     def __init__(self, fallback: Callable) -> None:
         self.fallback = fallback
-        self.mcp_app = server.streamable_http_app(
+        self.mcp_app = get_server().streamable_http_app(
             streamable_http_path=self.path, transport_security=_transport_security()
         )
         self._runner: asyncio.Task | None = None
@@ -65,7 +65,7 @@ class McpHttpApp:
             started = asyncio.Event()
 
             async def run() -> None:
-                async with server.session_manager.run():
+                async with get_server().session_manager.run():
                     started.set()
                     await asyncio.Event().wait()  # until the process ends
 

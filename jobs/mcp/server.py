@@ -8,7 +8,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent
+from pydantic import ConfigDict
 
 from jobs.errors import BridgeError, Refused
 from jobs.mcp import replies
@@ -35,11 +37,18 @@ How to work with it:
   nothing was started).
 """
 
-_root_handlers, _root_level = list(logging.root.handlers), logging.root.level
-server = MCPServer("bridge", instructions=INSTRUCTIONS, version="1")
-# Building the server configures the root logger (a handler, level INFO); Bridge's logging is Django's LOGGING.
-logging.root.handlers[:] = _root_handlers
-logging.root.setLevel(_root_level)
+TOOLS: list[Tool] = []  # filled by @tool as jobs.mcp.tools is imported (jobs/mcp/__init__.py imports it first)
+
+
+@functools.cache
+def get_server() -> MCPServer:
+    """The one server, made once with every tool registered."""
+    root_handlers, root_level = list(logging.root.handlers), logging.root.level
+    server = MCPServer("bridge", instructions=INSTRUCTIONS, version="1", tools=TOOLS)
+    # Building the server configures the root logger (a handler, level INFO); Bridge's logging is Django's LOGGING.
+    logging.root.handlers[:] = root_handlers
+    logging.root.setLevel(root_level)
+    return server
 
 
 class ErrorReport(Exception):
@@ -76,5 +85,14 @@ def tool(fn: Callable[..., Awaitable[str]]) -> Callable[..., Awaitable[str]]:
             log.exception("MCP tool %s failed", fn.__name__)
             return _flagged(replies.error(replies.unexpected(fn.__name__, exc), replies.INTERNAL_ERROR))
 
-    server.tool()(replying)
+    TOOLS.append(strict(Tool.from_function(replying)))
     return fn
+
+
+def strict(tool: Tool) -> Tool:
+    """Refuse arguments a tool does not take, as REST refuses unknown fields: one rule on every interface. (The
+    SDK's argument models ignore extra arguments, so a misspelt option would silently do nothing.)"""
+    loose = tool.fn_metadata.arg_model
+    config = ConfigDict(**loose.model_config, extra="forbid")
+    tool.fn_metadata.arg_model = type(loose.__name__, (loose,), {"model_config": config})
+    return tool

@@ -10,7 +10,7 @@ from django.conf import settings
 
 from jobs import actions
 from jobs.mcp import replies
-from jobs.mcp.server import server
+from jobs.mcp.server import get_server
 
 
 class SupervisorStarter:
@@ -52,4 +52,4 @@ supervisor_starter = SupervisorStarter()
 def serve_stdio() -> None:
     """`manage.py mcp`: stdout is the protocol; this server may start a supervisor, which outlives it."""
     supervisor_starter.enabled = True
-    server.run("stdio")
+    get_server().run("stdio")

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from pydantic import StrictInt
 
 from jobs import actions, hermes_skills, paths
 from jobs.errors import BridgeError, InvalidInput
@@ -96,7 +97,7 @@ async def _resume(session_id: str, spec: actions.TaskSpec, wait_s: float) -> str
 async def hermes_run(
     task: str,
     cwd: str | None = None,
-    max_turns: int | None = None,
+    max_turns: StrictInt | None = None,
     timeout_s: int | None = None,
     wait_s: float = 5,
     skills: list[str] | str | None = None,
@@ -117,7 +118,7 @@ async def hermes_resume(
     session_id: str,
     task: str,
     cwd: str | None = None,
-    max_turns: int | None = None,
+    max_turns: StrictInt | None = None,
     timeout_s: int | None = None,
     wait_s: float = 5,
 ) -> str:
@@ -139,7 +140,7 @@ async def claude_run(
     cwd: str | None = None,
     permission_mode: Literal["approve", "bypass"] = "approve",
     model: str | None = None,
-    max_turns: int | None = None,
+    max_turns: StrictInt | None = None,
     allowed_tools: list[str] | None = None,
     timeout_s: int | None = None,
     wait_s: float = 5,
@@ -164,7 +165,7 @@ async def claude_resume(
     task: str,
     cwd: str | None = None,
     permission_mode: Literal["approve", "bypass"] = "approve",
-    max_turns: int | None = None,
+    max_turns: StrictInt | None = None,
     timeout_s: int | None = None,
     wait_s: float = 5,
 ) -> str:
