@@ -96,6 +96,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "jobs.middleware.DatabaseBusyMiddleware",  # first: a busy database is a JSON 503 wherever it shows
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -152,8 +153,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
+# channels-redis blocks 5 s per read of a channel; redis-py (8+) gives up on a socket read after 5 s by default, so a
+# listener idle that long would fail and reconnect every 5 s. Reads may take longer (`?socket_timeout=N` wins).
+REDIS_SOCKET_TIMEOUT_S = 15
 if REDIS_URL:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": REDIS_SOCKET_TIMEOUT_S}]},
+        }
+    }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
@@ -199,7 +208,17 @@ BRIDGE_PROCESS_BACKEND = os.environ.get("BRIDGE_PROCESS_BACKEND", "auto").strip(
 if BRIDGE_PROCESS_BACKEND not in ("auto", "posix", "portable", "windows"):
     raise SystemExit(f"BRIDGE_PROCESS_BACKEND={BRIDGE_PROCESS_BACKEND!r} must be auto, posix, portable or windows")
 BRIDGE_DRAIN_S = env_int("BRIDGE_DRAIN_S", 30, minimum=0)
+# A supervisor rides out an unreachable database (a dropped connection, no connection slot, SQLite's write lock held),
+# retrying with backoff and holding each run's output in memory. A running agent whose output has waited longer than
+# BRIDGE_DB_OUTAGE_S is stopped; its task ends `failed`, saying so, as soon as the database answers again.
+BRIDGE_DB_OUTAGE_S = env_int("BRIDGE_DB_OUTAGE_S", 60, minimum=1)
+# Output one run may hold in memory meanwhile; past it only essential events are kept and the rest are counted.
+BRIDGE_DB_BUFFER_BYTES = env_int("BRIDGE_DB_BUFFER_BYTES", 16 * 1024 * 1024, minimum=64 * 1024)
 BRIDGE_POLL_S = env_float("BRIDGE_POLL_S", 0.5, minimum=0.05)
+# What a supervisor answers to besides its host (`manage.py supervise --name/--label` override these): a task whose
+# target is its name, its host or one of its labels may run on it; one with no target, on any that serves its cwd.
+BRIDGE_SUPERVISOR_NAME = os.environ.get("BRIDGE_SUPERVISOR_NAME", "").strip()
+BRIDGE_SUPERVISOR_LABELS = env_list("BRIDGE_SUPERVISOR_LABELS", [])
 # Connections the OS queues before runbridge accepts them: a burst of 200 at once must not be reset (the OS may cap
 # it lower: net.core.somaxconn on Linux).
 BRIDGE_LISTEN_BACKLOG = env_int("BRIDGE_LISTEN_BACKLOG", 1024, minimum=1)
@@ -215,6 +234,29 @@ BRIDGE_HERMES_HOME = Path(os.environ.get("HERMES_HOME") or "~/.hermes").expandus
 BRIDGE_HERMES_MODE = os.environ.get("BRIDGE_HERMES_MODE", "").strip().lower() or "auto"
 if BRIDGE_HERMES_MODE not in ("auto", "acp", "oneshot"):
     raise SystemExit(f"BRIDGE_HERMES_MODE={BRIDGE_HERMES_MODE!r} must be auto, acp or oneshot")
+
+# --- database: bounded connections (docs/architecture.md, "Process model") ----------------------------------------
+# PostgreSQL connections one process may hold, shared by its web requests and its supervisor (which keeps one per
+# running task plus two for as long as they run); 0 turns pooling off (one connection per thread, as with PgBouncer).
+BRIDGE_DB_POOL_SIZE = env_int("BRIDGE_DB_POOL_SIZE", max(10, BRIDGE_MAX_CONCURRENT + 5), minimum=0)
+# How long a request waits for a pooled connection (PostgreSQL) or the write lock (SQLite, web requests only) before
+# it is answered 503 database_busy; supervisors keep SQLite's longer busy timeout.
+BRIDGE_DB_POOL_TIMEOUT_S = env_float("BRIDGE_DB_POOL_TIMEOUT_S", 5.0, minimum=0.1)
+BRIDGE_DB_RETRY_AFTER_S = env_int("BRIDGE_DB_RETRY_AFTER_S", 2, minimum=1)  # the Retry-After a busy answer gives
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and BRIDGE_DB_POOL_SIZE:
+    try:
+        import psycopg_pool  # noqa: F401
+    except ImportError:
+        raise SystemExit(
+            "PostgreSQL connections are pooled, and psycopg_pool is not installed: pip install 'psycopg[binary,pool]' "
+            "(or pip install -e '.[postgres]'), or set BRIDGE_DB_POOL_SIZE=0 to open one connection per thread"
+        ) from None
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps connections; Django must hand them back after each use
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(2, BRIDGE_DB_POOL_SIZE),
+        "max_size": BRIDGE_DB_POOL_SIZE,
+        "timeout": BRIDGE_DB_POOL_TIMEOUT_S,
+    }
 
 # --- browser pages ---------------------------------------------------------------------------------------------
 LOGIN_URL = "login"

@@ -5,6 +5,8 @@ status as `bridge_status` (jobs/hbridge.py); Bridge's own endpoints (/v1/task, /
 
 from typing import Literal
 
+from django.conf import settings
+from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -13,7 +15,7 @@ from ninja.utils import check_csrf
 from pydantic import ConfigDict
 
 from jobs import actions, auth, hbridge
-from jobs.errors import BridgeError, InvalidInput
+from jobs.errors import BridgeError, DatabaseBusy, InvalidInput, is_database_busy
 from jobs.models import PermissionRequest, Task
 from jobs.vocabulary import Status
 
@@ -52,6 +54,18 @@ def on_bridge_error(request: HttpRequest, exc: BridgeError) -> HttpResponse:
     return error_response(request, exc)
 
 
+@api.exception_handler(OperationalError)
+def on_database_error(request: HttpRequest, exc: OperationalError) -> HttpResponse:
+    """A database too busy to answer in time is a 503 with Retry-After, the body jobs/middleware.py gives elsewhere;
+    any other database failure stays an internal error."""
+    if not is_database_busy(exc):
+        raise exc
+    busy = DatabaseBusy(settings.BRIDGE_DB_RETRY_AFTER_S)
+    response = error_response(request, busy)
+    response["Retry-After"] = str(busy.retry_after_s)
+    return response
+
+
 @api.exception_handler(AuthenticationError)
 def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
     return auth.unauthorized()
@@ -81,7 +95,9 @@ class Strict(Schema):
 
 class CreateTaskIn(Strict):
     prompt: str = Field(description="What the agent should do: self-contained, with absolute paths.")
-    cwd: str | None = Field(None, description="Working directory; must lie inside BRIDGE_ALLOWED_ROOTS.")
+    cwd: str | None = Field(
+        None, description="Working directory; inside BRIDGE_ALLOWED_ROOTS or the roots a live supervisor serves."
+    )
     agent: str = Field("claude", description="The executor.")
     permission_mode: Literal["approve", "bypass"] = "approve"
     skip_permissions: bool = False
@@ -94,6 +110,9 @@ class CreateTaskIn(Strict):
     timeout_s: int | None = Field(None, ge=1, description="Wall-time limit; default BRIDGE_TASK_TIMEOUT_S.")
     taskTimeoutMs: int | None = Field(
         None, ge=0, description="hbridge's limit in milliseconds (rounded up to seconds); 0 = the server's default."
+    )
+    target: str | None = Field(
+        None, description="Run only on the supervisor with this name, host or label (GET /v1/workers); default: any."
     )
 
 
@@ -140,6 +159,8 @@ def task_summary(task: Task) -> dict:
         "usage": usage_of(task),
         "num_turns": task.num_turns,
         "source": task.source,
+        "target": task.target,
+        "wait_reason": task.wait_reason,
     }
 
 
@@ -174,6 +195,7 @@ def create_task(request: HttpRequest, payload: CreateTaskIn):
             options=options,
             source="api",
             created_by=request.auth,
+            target=payload.target or "",
         )
     )
     return hbridge.created_reply(str(task.public_id), task.status)
@@ -229,6 +251,7 @@ def task_detail(request: HttpRequest, task_id: str):
         "error": task.error,
         "stderr_tail": task.stderr_tail,
         "pid": task.pid,
+        "worker": task.worker.name if task.worker_id else None,
         "session_id": task.session.session_id if task.session else None,
         "resume_session_id": task.resume_session_id or None,
         "created_by": task.created_by,
@@ -256,6 +279,12 @@ def list_tasks(request: HttpRequest, filters: Query[TaskFilter]):
             tasks = tasks.filter(**{name: value})
     page = tasks[filters.offset : filters.offset + filters.limit]
     return {"count": tasks.count(), "tasks": [task_summary(t) for t in page]}
+
+
+@api.get("/workers", summary="Live supervisors: what each serves, its labels, and what it runs")
+def list_workers(request: HttpRequest):
+    running = actions.running_by_worker()
+    return {"workers": [actions.worker_data(w, running, private=True) for w in actions.live_supervisors()]}
 
 
 @api.get("/permissions", summary="Pending permission requests, oldest first")

@@ -53,3 +53,52 @@ class Conflict(BridgeError):
 class QueueFull(BridgeError):
     http_status = 429
     code = "queue_full"
+
+
+class DatabaseBusy(BridgeError):
+    """The database could not take the request in time: every pooled connection stayed in use, PostgreSQL had no
+    connection slot left, or SQLite's write lock stayed taken. Nothing was done; the same request may be sent again
+    after `retry_after_s` (HTTP adapters also send it as Retry-After)."""
+
+    http_status = 503
+    code = "database_busy"
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(
+            "the database is busy (too many requests at once) and nothing was done: "
+            f"send the same request again in {retry_after_s} s",
+            retry_after_s=retry_after_s,
+        )
+        self.retry_after_s = retry_after_s
+
+
+# How the drivers say "busy", by class name (psycopg_pool's PoolTimeout and TooManyRequests; Django wraps them in its
+# OperationalError) and by message (PostgreSQL out of connection slots, SQLite's lock); SQLSTATE 53300 is PostgreSQL's
+# too_many_connections. Read by name so this module stays free of driver imports.
+_BUSY_CLASSES = {"PoolTimeout", "TooManyRequests"}
+_BUSY_MESSAGES = (
+    "too many clients",
+    "remaining connection slots are reserved",
+    "database is locked",
+    "database table is locked",
+)
+_BUSY_SQLSTATES = {"53300"}
+
+
+def is_database_busy(exc: BaseException) -> bool:
+    """Whether `exc` (or what it wraps) says the database had no connection or lock to give in time, as opposed to
+    any other database failure (a missing table, a refused connection), which stays an internal error."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        names = {cls.__name__ for cls in type(current).__mro__}
+        message = str(current).lower()
+        if (
+            names & _BUSY_CLASSES
+            or getattr(current, "sqlstate", None) in _BUSY_SQLSTATES
+            or any(marker in message for marker in _BUSY_MESSAGES)
+        ):
+            return True
+        current = current.__cause__ or current.__context__
+    return False

@@ -6,32 +6,43 @@ signal fires when the *thread* that forked the child ends. Each child leads its 
 reaches whatever the agent started too.
 """
 
+import json
 import logging
 import queue
 import subprocess
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import Enum
+from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import close_old_connections
 
 from jobs import actions, doorbell, processes
 from jobs.errors import Conflict
-from jobs.models import PermissionRequest, Task
+from jobs.models import PermissionRequest, Task, TaskEvent
+from jobs.resilience import DB_ERRORS, Outage, drop_connection, is_transient, retry
 from jobs.runners import runner_for
-from jobs.runners.base import Decision, Runner, RunSpec, Step
+from jobs.runners.base import Decision, PermissionAsk, Runner, RunSpec, Step
 from jobs.vocabulary import PermissionStatus, Status
 
 log = logging.getLogger(__name__)
 
 ESSENTIAL_KINDS = frozenset({"init", "result"})
+# Besides the essential ones, what a run keeps past BRIDGE_DB_BUFFER_BYTES while the database is away: its own notes.
+KEPT_WHILE_AWAY = ESSENTIAL_KINDS | {"stopping", "signal", "truncated"}
+HELD_EVENTS_MAX = 20_000  # events one run holds in memory while the database is away, however small they are
+NOTE_BYTES = 256  # what an event Bridge makes itself counts against BRIDGE_DB_BUFFER_BYTES
+STOP_RECORD_S = 10.0  # how long a stopping supervisor tries to record that it stopped
 LINE_HEAD_BYTES = 2000
 INBOX_SIZE = 10_000
 BATCH_LINES = 500
 HEARTBEAT_S = 5.0
 ORPHAN_SCAN_S = 30.0
+EXIT_WAIT_S = 0.05  # how often a run looks whether a child that closed its stdout (or exited) is gone
 EXIT_DRAIN_S = 5.0  # after the child exits, how long to wait for the end of its stdout (a grandchild may hold it)
 
 
@@ -128,6 +139,209 @@ class Stopping:
     step: StopStep = StopStep.ASKED
 
 
+@dataclass
+class GaveUp:
+    """The database stayed away past BRIDGE_DB_OUTAGE_S while the agent ran, so the agent was stopped."""
+
+    after_s: float  # how long the database had been away then
+    since: float  # time.monotonic() when it went away
+    last_seq: int  # the last seq this run had written
+
+    def summary(self) -> str:
+        return (
+            f"the database was unreachable for {self.after_s:.0f} s "
+            f"(BRIDGE_DB_OUTAGE_S={settings.BRIDGE_DB_OUTAGE_S}); the agent was stopped"
+        )
+
+    def reason(self, dropped: int) -> str:
+        """The task's error once recorded: what happened, and what became of the output meanwhile."""
+        back = time.monotonic() - self.since
+        text = (
+            f"{self.summary()}. Its output after seq {self.last_seq} was kept in memory and recorded when the database "
+            f"answered again ({back:.0f} s after it went away)"
+        )
+        if dropped:
+            text += f", except {dropped} events past BRIDGE_DB_BUFFER_BYTES, which were lost (see the truncated event)"
+        return text + ". Nothing was re-run."
+
+
+@dataclass
+class Write:
+    """One write a run owes the database, in the agent's order."""
+
+    kind: str  # "spawned", "session", "events", "ask", "withdraw" or "delivered"
+    payload: Any
+    tried: bool = False  # a try failed: it may have been committed all the same, so look before writing it again
+    after: int = 0  # the last seq this run had seen written when it was first tried: it would lie after that
+
+
+class Recorder:
+    """A TaskRun's writes, in order, held in memory while the database is away and written when it answers again.
+
+    `flush` writes them oldest first; a failure keeps the failed write and all after it for the next try, after the
+    outage's backoff. A write whose try failed may have been committed all the same (the connection can drop during
+    COMMIT), so before it is written again the database is asked whether it is there: nothing is recorded twice.
+    While the database is away the events held are bounded by BRIDGE_DB_BUFFER_BYTES and HELD_EVENTS_MAX; past
+    either only KEPT_WHILE_AWAY kinds are kept, and one `truncated` event counts the rest.
+    """
+
+    def __init__(self, task: Task, on_recorded: Callable[[PermissionRequest], None]) -> None:
+        self.task = task
+        self.on_recorded = on_recorded  # a permission request is in the database (already answered: pass it on)
+        self.writes: deque[Write] = deque()
+        self.outage = Outage(f"task {task.public_id}")
+        self.held_bytes = 0
+        self.held_events = 0
+        self.note: tuple[Write, dict] | None = None  # the `truncated` event counting what is being dropped
+        self.dropped = 0  # events dropped over the whole run
+        self.delivered: set[int] = set()  # permission answers written to the agent: never twice
+
+    def add(self, kind: str, payload: Any) -> None:
+        self.writes.append(Write(kind, payload))
+
+    def add_events(self, events: list[tuple[str, dict]], size: int = NOTE_BYTES) -> None:
+        """Queue events (`size`: the bytes of output they came from)."""
+        if not events:
+            return
+        over = (
+            self.held_bytes + size > settings.BRIDGE_DB_BUFFER_BYTES or self.held_events + len(events) > HELD_EVENTS_MAX
+        )
+        if self.outage.down and (over or self.note is not None):  # once dropping, until written: no holes
+            kept = [event for event in events if event[0] in KEPT_WHILE_AWAY]
+            self._count_dropped(len(events) - len(kept), size)
+            events = kept
+        else:
+            self.held_bytes += size
+        self.held_events += len(events)
+        self._open_batch().payload.extend(events)
+
+    def _open_batch(self) -> Write:
+        """The last queued write if it is a batch of events never tried (a tried one must stay as it was)."""
+        if not self.writes or self.writes[-1].kind != "events" or self.writes[-1].tried:
+            self.add("events", [])
+        return self.writes[-1]
+
+    def _count_dropped(self, count: int, size: int) -> None:
+        if self.note is None or self.note[0].tried:
+            data = {"reason": "", "events": 0, "bytes": 0}
+            batch = self._open_batch()
+            batch.payload.append(("truncated", data))
+            self.note = (batch, data)
+        data = self.note[1]
+        data["events"] += count
+        data["bytes"] += size
+        data["reason"] = (
+            f"the database was unreachable: {data['events']} events ({data['bytes']} bytes of output) came after "
+            f"BRIDGE_DB_BUFFER_BYTES ({settings.BRIDGE_DB_BUFFER_BYTES}) was held in memory and were not kept"
+        )
+        self.dropped += count
+
+    def clear(self) -> None:
+        """Nothing more is to be written (the task was ended elsewhere)."""
+        self.writes.clear()
+        self.held_bytes = self.held_events = 0
+        self.note = None
+
+    def attempt(self, call: Callable[[], object]) -> bool:
+        """`call()` against the database unless waiting out a backoff; False when it failed in a way that may pass
+        (the outage is recorded, the connection dropped). The outage ends when a call works and nothing is owed."""
+        if not self.outage.due():
+            return False
+        started = self.outage.clock()
+        try:
+            call()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self.outage.failed(exc, started)
+            drop_connection()
+            return False
+        if not self.writes:
+            self.outage.recovered()
+        return True
+
+    def flush(self) -> bool:
+        """Write everything owed; False when the database failed (the rest waits for the next try)."""
+        return not self.writes or self.attempt(self.write_all)
+
+    def write_all(self) -> None:
+        """Write everything owed, oldest first; a database error is raised with the failed write left first."""
+        while self.writes:
+            write = self.writes[0]
+            if not write.tried:
+                write.after = self.task.last_seq
+            try:
+                self._write(write)
+            except Exception:
+                write.tried = True
+                raise
+            self.writes.popleft()
+        self.held_bytes = self.held_events = 0
+        self.note = None
+
+    def _write(self, write: Write) -> None:
+        task = self.task
+        if write.kind == "events":
+            if not (write.tried and self._events_recorded(write.payload, write.after)):
+                actions.append_events(task, write.payload)
+        elif write.kind == "spawned":
+            pid, create_time, argv = write.payload
+            if not (write.tried and self._spawn_recorded(pid, write.after)):
+                actions.mark_spawned(task, pid, create_time, argv)
+        elif write.kind == "ask":
+            self._record_ask(write.payload, write.tried)
+        elif write.kind == "session":
+            actions.link_session(task, write.payload)  # get-or-create: as good twice as once
+        elif write.kind == "withdraw":
+            actions.cancel_permission(task, write.payload, "the agent withdrew the request")  # only if pending
+        elif write.kind == "delivered":
+            actions.mark_delivered(write.payload)
+
+    def _record_ask(self, ask: PermissionAsk, tried: bool) -> None:
+        perm = None
+        if tried:  # one row and its events, in one transaction: there, or not at all
+            perm = PermissionRequest.objects.filter(task=self.task, request_id=ask.request_id).first()
+            if perm is not None:
+                self._resync()
+        if perm is None:
+            perm = actions.record_permission_request(
+                self.task,
+                request_id=ask.request_id,
+                tool_name=ask.tool_name,
+                tool_input=ask.tool_input,
+                tool_use_id=ask.tool_use_id,
+                suggestions=ask.suggestions,
+            )
+        if perm.status != PermissionStatus.PENDING:
+            self.on_recorded(perm)
+
+    # --- was a failed write committed all the same? -----------------------------------------------------------
+    # Only this run appends its own events, one write at a time, so the write in doubt lies after `after`, the last
+    # seq the run had seen written before it first tried (others' events, decisions and cancels, may lie around it).
+    def _events_recorded(self, events: list[tuple[str, dict]], after: int) -> bool:
+        now_last = Task.objects.values_list("last_seq", flat=True).get(pk=self.task.pk)
+        if now_last == after:
+            return False
+        want = [(kind, json.loads(json.dumps(data))) for kind, data in events]
+        rows = list(TaskEvent.objects.filter(task_id=self.task.pk).after(after).values_list("seq", "kind", "data"))
+        for start in range(len(rows) - len(want) + 1):
+            if all(rows[start + i][1:] == want[i] for i in range(len(want))):
+                self.task.last_seq = now_last
+                return True
+        return False
+
+    def _spawn_recorded(self, pid: int, after: int) -> bool:
+        spawned = TaskEvent.objects.filter(task_id=self.task.pk, kind="spawned", data__pid=pid)
+        if not spawned.after(after).exists():
+            return False
+        self._resync()
+        return True
+
+    def _resync(self) -> None:
+        """Nothing of this run's is in doubt any more: its last seen seq may move to the task's."""
+        self.task.last_seq = Task.objects.values_list("last_seq", flat=True).get(pk=self.task.pk)
+
+
 class TaskRun(threading.Thread):
     """Runs one claimed task from spawn to its recorded end: `_spawn`, `_pump` until the child is gone, `_finish`."""
 
@@ -140,7 +354,8 @@ class TaskRun(threading.Thread):
         self.create_time: float | None = None  # with the pid, names the agent even after its pid is reused
         self.runner: Runner | None = None
         self.stderr: TailReader | None = None
-        self.pending: list[tuple[str, dict]] = []
+        self.rec = Recorder(task, self._deliver)  # every write to the database goes through it, in order
+        self.gave_up: GaveUp | None = None  # the database stayed away too long: the agent was stopped
         self.output_bytes = 0
         self.truncated = False
         self.session_linked = False
@@ -166,12 +381,13 @@ class TaskRun(threading.Thread):
             log.exception("task %s: supervisor error", self.task.public_id)
             if self.proc is not None:
                 processes.kill_tree(self.proc.pid, self.create_time)
-            actions.finish_task(self.task, status=Status.FAILED, error=f"Bridge failed while running it: {exc!r}")
+            error = f"Bridge failed while running it: {exc!r}"
+            retry(lambda: actions.finish_task(self.task, status=Status.FAILED, error=error), self.rec.outage)
         finally:
             if self.proc is not None:  # after the end is recorded: what left the agent's group, wherever it went
                 processes.kill_tagged(str(self.task.public_id))
             unsubscribe()
-            connection.close()
+            drop_connection()
             self.supervisor.wake()
 
     def _run(self) -> None:
@@ -193,12 +409,13 @@ class TaskRun(threading.Thread):
             error = f"could not start {argv[0]!r}: {exc.strerror or exc}"
             if self.runner.executable_setting:
                 error += f" (the executable is set by {self.runner.executable_setting})"
-            actions.finish_task(self.task, status=Status.FAILED, error=error)
+            self._record_end(status=Status.FAILED, error=error)
             return False
         # no timeout_s: the operator set no limit (BRIDGE_TASK_TIMEOUT_S=0), so the clock never stops it
         self.deadline = time.monotonic() + self.task.timeout_s if self.task.timeout_s else float("inf")
         self.create_time = processes.process_identity(self.proc.pid) or time.time()
-        actions.mark_spawned(self.task, self.proc.pid, self.create_time, argv)
+        self.rec.add("spawned", (self.proc.pid, self.create_time, argv))
+        self.rec.flush()
         LineReader(self.proc.stdout, self.inbox, settings.BRIDGE_MAX_LINE_BYTES).start()
         self.stderr = TailReader(self.proc.stderr, settings.BRIDGE_STDERR_TAIL_BYTES)
         self.stderr.start()
@@ -211,14 +428,16 @@ class TaskRun(threading.Thread):
         while True:
             items = self._next_items()
             self._read(items)
-            self._flush()
+            self.rec.flush()
             now = time.monotonic()
             if any(item[0] == "wake" for item in items) or now - self.last_db_check >= settings.BRIDGE_POLL_S:
-                self.last_db_check = now
-                self._check_database()
+                if self.rec.attempt(self._check_database):
+                    self.last_db_check = now
                 if self.abandoned:
                     return
+                self.rec.flush()  # the answers just passed on are marked delivered
             self._check_clock(now)
+            self._check_outage(now)
             if self._child_gone(now):
                 return
 
@@ -227,11 +446,25 @@ class TaskRun(threading.Thread):
         self.stderr.join(timeout=2)
         stderr_tail = self.stderr.text()
         self._handle(self.runner.on_exit(stderr_tail), 0)
-        self._flush()
         outcome = self.runner.outcome(self.proc.returncode, stderr_tail)
         if self.stopping is not None and self.stopping.status is not None:
             outcome.status, outcome.error = self.stopping.status, self.stopping.reason
-        actions.finish_task(self.task, **asdict(outcome), stderr_tail=stderr_tail)
+        self._record_end(**asdict(outcome), stderr_tail=stderr_tail)
+
+    def _record_end(self, **fields: Any) -> None:
+        """Write what is owed, then the end, however long the database takes: while this supervisor lives, its task
+        never stays running. A task ended elsewhere meanwhile gets nothing more."""
+
+        def write() -> None:
+            if Task.objects.values_list("status", flat=True).get(pk=self.task.pk) != Status.RUNNING:
+                self.rec.clear()
+                return
+            self.rec.write_all()
+            if self.gave_up is not None:
+                fields.update(status=Status.FAILED, error=self.gave_up.reason(self.rec.dropped))
+            actions.finish_task(self.task, **fields)
+
+        retry(write, self.rec.outage)
 
     # --- reading and writing ----------------------------------------------------------------------------------
     def _next_items(self) -> list[tuple]:
@@ -250,6 +483,8 @@ class TaskRun(threading.Thread):
         wait = settings.BRIDGE_POLL_S
         if self.stopping is None:
             wait = min(wait, self.deadline - time.monotonic())
+        if self.eof or self.exited_at is not None:
+            wait = min(wait, EXIT_WAIT_S)  # the child is ending: its exit (or its stdout's end) is no inbox item
         return max(0.01, wait)
 
     def _read(self, items: list[tuple]) -> None:
@@ -290,63 +525,55 @@ class TaskRun(threading.Thread):
     def _handle(self, step: Step, size: int) -> None:
         self.output_bytes += size
         if step.session_id and not self.session_linked:
-            actions.link_session(self.task, step.session_id)
+            self.rec.add("session", step.session_id)
             self.session_linked = True
-        self._keep(step.events)
+        self._keep(step.events, size)
         for reply in step.replies:
             self._write(reply)
-        for ask in step.asks:
-            self._flush()
-            perm = actions.record_permission_request(
-                self.task,
-                request_id=ask.request_id,
-                tool_name=ask.tool_name,
-                tool_input=ask.tool_input,
-                tool_use_id=ask.tool_use_id,
-                suggestions=ask.suggestions,
-            )
-            if perm.status != PermissionStatus.PENDING:
-                self._deliver(perm)
+        for ask in step.asks:  # recorded after the events before it, so the transcript keeps the agent's order
+            self.rec.add("ask", ask)
         for request_id in step.withdrawn:
-            self._flush()
-            actions.cancel_permission(self.task, request_id, "the agent withdrew the request")
+            self.rec.add("withdraw", request_id)
         if step.finished:
             self.finished = True
             self._close_stdin()
 
-    def _keep(self, events: list[tuple[str, dict]]) -> None:
+    def _keep(self, events: list[tuple[str, dict]], size: int) -> None:
         """Queue events for recording; past BRIDGE_MAX_OUTPUT_BYTES only the essential ones, after one note."""
         if self.output_bytes > settings.BRIDGE_MAX_OUTPUT_BYTES:
             if not self.truncated:
                 self.truncated = True
                 limit = settings.BRIDGE_MAX_OUTPUT_BYTES
                 note = f"output over {limit} bytes (BRIDGE_MAX_OUTPUT_BYTES): later output is not recorded"
-                self.pending.append(("truncated", {"reason": note, "bytes": self.output_bytes}))
+                self.rec.add_events([("truncated", {"reason": note, "bytes": self.output_bytes})])
             events = [event for event in events if event[0] in ESSENTIAL_KINDS]
-        self.pending.extend(events)
+        self.rec.add_events(events, size)
 
     def _on_oversized(self, head: bytes, size: int) -> None:
         limit = settings.BRIDGE_MAX_LINE_BYTES
-        self.pending.append(
-            (
-                "truncated",
-                {
-                    "reason": f"an output line of {size} bytes is over BRIDGE_MAX_LINE_BYTES ({limit}); its start:",
-                    "bytes": size,
-                    "head": head.decode(errors="replace"),
-                },
-            )
+        self.rec.add_events(
+            [
+                (
+                    "truncated",
+                    {
+                        "reason": f"an output line of {size} bytes is over BRIDGE_MAX_LINE_BYTES ({limit}); its start:",
+                        "bytes": size,
+                        "head": head.decode(errors="replace"),
+                    },
+                )
+            ],
+            LINE_HEAD_BYTES,
         )
         self._handle(self.runner.on_oversized_line(head, size), size)
 
-    def _flush(self) -> None:
-        if self.pending:
-            events, self.pending = self.pending, []
-            actions.append_events(self.task, events)
-
     def _deliver(self, perm: PermissionRequest) -> None:
+        """Pass an answer on to the agent, once: it is marked delivered with the next writes (a mark that fails to be
+        written is kept here, so a look at the database before it is written never sends the answer again)."""
+        if perm.pk in self.rec.delivered:
+            return
         self._write(self.runner.answer(decision_for(perm)))
-        actions.mark_delivered(perm)
+        self.rec.delivered.add(perm.pk)
+        self.rec.add("delivered", perm)
 
     # --- the database and the clock ---------------------------------------------------------------------------
     def _check_database(self) -> None:
@@ -366,7 +593,7 @@ class TaskRun(threading.Thread):
         its record is closed, so the agent is stopped at once and nothing more is written."""
         log.warning("task %s is %s elsewhere; killing its agent", self.task.public_id, status)
         processes.kill_tree(self.proc.pid, self.create_time)
-        self.pending = []
+        self.rec.clear()
         self.abandoned = True
 
     def _check_clock(self, now: float) -> None:
@@ -375,17 +602,32 @@ class TaskRun(threading.Thread):
         if self.stopping is not None and self.proc.poll() is None:
             self._escalate(now)
 
+    def _check_outage(self, now: float) -> None:
+        """The database away past BRIDGE_DB_OUTAGE_S while the agent runs: its output can wait no longer, so the agent
+        is stopped; the task is recorded as failed, saying so, as soon as the database answers. An agent that has
+        already ended keeps its own outcome, recorded then."""
+        outage = self.rec.outage
+        if self.gave_up is not None or not outage.down or outage.elapsed() < settings.BRIDGE_DB_OUTAGE_S:
+            return
+        if self.proc.poll() is not None:
+            return
+        self.gave_up = GaveUp(after_s=outage.elapsed(), since=outage.since, last_seq=self.task.last_seq)
+        log.error("task %s: %s", self.task.public_id, self.gave_up.summary())
+        self.stopping = Stopping(reason=self.gave_up.summary(), status=Status.FAILED, started=now)
+        self.rec.add_events([("stopping", {"status": Status.FAILED, "reason": self.gave_up.summary()})])
+        self._signal(StopStep.SIGKILL)
+
     # --- stopping: interrupt, then SIGTERM, then SIGKILL ------------------------------------------------------
     def _begin_stop(self, status: str, reason: str) -> None:
         """Ask the agent to stop its own way (the runner's stop lines); with nothing to write, SIGTERM at once."""
         if self.finished:
             # The agent already said how it ended; that outcome stands, only its process still has to go.
             self.stopping = Stopping(reason=reason, status=None, started=time.monotonic())
-            self.pending.append(("stopping", {"reason": reason, "after_result": True}))
+            self.rec.add_events([("stopping", {"reason": reason, "after_result": True})])
             self._signal(StopStep.SIGTERM)
             return
         self.stopping = Stopping(reason=reason, status=status, started=time.monotonic())
-        self.pending.append(("stopping", {"status": status, "reason": reason}))
+        self.rec.add_events([("stopping", {"status": status, "reason": reason})])
         lines = self.runner.stop_lines()
         for line in lines:
             self._write(line)
@@ -404,7 +646,7 @@ class TaskRun(threading.Thread):
     def _signal(self, step: StopStep) -> None:
         """Terminate, then kill, the agent with everything it started (named by the POSIX signals on every OS)."""
         self.stopping.step = step
-        self.pending.append(("signal", {"signal": step.value}))
+        self.rec.add_events([("signal", {"signal": step.value})])
         if step is StopStep.SIGKILL:
             processes.kill_tree(self.proc.pid, self.create_time)
         else:
@@ -414,9 +656,11 @@ class TaskRun(threading.Thread):
 class Supervisor:
     """Claims tasks up to its capacity and runs them; stops claiming on request and drains."""
 
-    def __init__(self, capacity: int | None = None) -> None:
+    def __init__(self, capacity: int | None = None, *, name: str | None = None, labels: list[str] | None = None):
         self.capacity = capacity or settings.BRIDGE_MAX_CONCURRENT
+        self.name, self.labels = name, labels  # None: BRIDGE_SUPERVISOR_NAME / BRIDGE_SUPERVISOR_LABELS
         self.runs: dict[int, TaskRun] = {}
+        self.started: set[int] = set()  # every task this supervisor gave a TaskRun
         self.worker = None
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -440,6 +684,7 @@ class Supervisor:
         if not self._start():
             return
         unsubscribe = doorbell.subscribe(doorbell.QUEUE, self.wake)
+        stop_listening = doorbell.listen_across_processes()  # decisions and cancels from other processes, pushed
         heartbeat = threading.Thread(target=self._heartbeat, name="supervisor-heartbeat", daemon=True)
         heartbeat.start()
         log.info("supervisor %s: up to %d tasks at once", self.worker.name, self.capacity)
@@ -449,22 +694,29 @@ class Supervisor:
             self._drain()
         finally:
             unsubscribe()
+            stop_listening()
             self._exited.set()
             heartbeat.join(timeout=HEARTBEAT_S + 5)
-            actions.stop_worker(self.worker)
-            connection.close()
+            try:
+                retry(lambda: actions.stop_worker(self.worker), Outage("supervisor"), give_up_after=STOP_RECORD_S)
+            except DB_ERRORS:
+                log.warning("supervisor: could not record that it stopped; peers will see its process gone")
+            drop_connection()
 
     def _start(self) -> bool:
         """Register this worker and close what a gone supervisor left running; False, with `startup_error`, if not."""
         try:
-            self.worker = actions.register_worker(self.capacity)
+            self.worker = actions.register_worker(self.capacity, name=self.name, labels=self.labels)
             self.reap_orphans()
         except Exception as exc:
             log.exception("supervisor: could not start")
             self.startup_error = f"the supervisor could not start: {exc.__class__.__name__}: {exc}"
             if self.worker is not None:
-                actions.stop_worker(self.worker)
-            connection.close()
+                try:
+                    actions.stop_worker(self.worker)
+                except DB_ERRORS:
+                    pass  # the same failure: peers will see its process gone
+            drop_connection()
             self.ready.set()
             return False
         return True
@@ -472,31 +724,42 @@ class Supervisor:
     def _serve(self) -> None:
         """Claim tasks and look for orphans until request_stop()."""
         next_scan = time.monotonic() + ORPHAN_SCAN_S
+        outage = Outage("supervisor")
+        look_at_own = False
         while not self._stop.is_set():
             self._wake.clear()
             self._forget_finished()
+            wait, started = settings.BRIDGE_POLL_S, time.monotonic()
             try:
+                if look_at_own or started >= next_scan:
+                    self._settle_own_tasks()
+                    look_at_own = False
                 self._claim()
                 if time.monotonic() >= next_scan:
                     self.reap_orphans()
                     next_scan = time.monotonic() + ORPHAN_SCAN_S
-            except DatabaseError:
-                # A busy or restarting database must not end the supervisor: running tasks go on, and
-                # claiming resumes when the database answers again.
-                log.exception("supervisor: database error; retrying")
-                connection.close()
-            close_old_connections()
-            self._wake.wait(timeout=settings.BRIDGE_POLL_S)
+                close_old_connections()
+                outage.recovered()
+            except DB_ERRORS as exc:
+                # A busy or restarting database must not end the supervisor: running tasks go on, and claiming
+                # resumes when the database answers again (logged when the outage begins and ends, not per retry).
+                wait = max(wait, outage.failed(exc, started))
+                look_at_own = True  # a claim may have been committed though its answer was lost
+                drop_connection()
+            self._wake.wait(timeout=wait)
 
     def _heartbeat(self) -> None:
         """Its own thread, so a slow claim or scan (or a long drain) never makes peers think this supervisor is dead."""
+        outage = Outage("supervisor heartbeat")
         while not self._exited.wait(HEARTBEAT_S):
+            started = time.monotonic()
             try:
                 actions.heartbeat(self.worker)
-            except DatabaseError:
-                log.exception("supervisor: heartbeat failed; retrying")
-                connection.close()
-        connection.close()
+                outage.recovered()
+            except DB_ERRORS as exc:
+                outage.failed(exc, started)
+                drop_connection()
+        drop_connection()
 
     def _forget_finished(self) -> None:
         for pk, run in list(self.runs.items()):
@@ -508,9 +771,30 @@ class Supervisor:
             task = actions.claim_next_task(self.worker)
             if task is None:
                 return
-            run = TaskRun(self, task)
-            self.runs[task.pk] = run
-            run.start()
+            self._start_run(task)
+
+    def _start_run(self, task: Task) -> None:
+        run = TaskRun(self, task)
+        self.runs[task.pk] = run
+        self.started.add(task.pk)
+        run.start()
+
+    def _settle_own_tasks(self) -> None:
+        """Tasks recorded as running under this supervisor with no TaskRun here. A claim whose answer was lost (the
+        connection dropped during its COMMIT, which went through) is run now: nothing had started. A run that ended
+        without recording its end (an error no wait cures) is failed, whatever it started stopped."""
+        mine = Task.objects.running().filter(worker=self.worker).exclude(pk__in=list(self.runs))
+        for task in mine.select_related("session"):
+            if task.pk not in self.started:
+                log.warning("task %s: its claim went through though the answer was lost; running it", task.public_id)
+                self._start_run(task)
+                continue
+            if task.pid is not None:
+                processes.kill_tree(task.pid, task.process_create_time)
+            processes.kill_tagged(str(task.public_id))
+            error = "Bridge's run of this task ended without recording its end; its agent was stopped"
+            actions.finish_task(task, status=Status.FAILED, error=error + ". Nothing was re-run.")
+            log.error("task %s: %s", task.public_id, error)
 
     def reap_orphans(self) -> None:
         """Tasks left running by a supervisor that is gone cannot be managed any more: say so, keep their events."""
@@ -546,5 +830,7 @@ class Supervisor:
                     actions.request_cancel(actions.get_task(run.task.public_id), reason=reason, by="supervisor")
                 except Conflict:
                     pass  # it ended between the check and the request
+                except DB_ERRORS as exc:  # the agent dies with this process; a peer marks the task orphaned
+                    log.warning("task %s: could not ask it to stop: %s", run.task.public_id, exc)
         for run in runs:
             run.join(timeout=2 * settings.BRIDGE_KILL_GRACE_S + 10)

@@ -727,3 +727,24 @@ def test_arguments_a_tool_does_not_take_are_refused_as_rest_refuses_unknown_fiel
     for name, word in (("unknown", "colour"), ("misspelt", "max_turn"), ("bool as number", "max_turns")):
         assert replies[name].is_error and word in replies[name].text, (name, replies[name])
     assert not Task.objects.exists(), "nothing was started with arguments that were refused"
+
+
+def test_a_busy_database_is_a_retry_later_reply_not_an_internal_error():
+    """The MCP tools answer a busy database as REST does (code database_busy), and anything else as internal."""
+    from django.db import OperationalError
+
+    from jobs.mcp.server import TOOLS, tool
+
+    async def busy() -> str:
+        raise OperationalError("database is locked")
+
+    async def broken() -> str:
+        raise OperationalError("no such table: jobs_task")
+
+    replies = {}
+    for fn in (busy, broken):
+        tool(fn)
+        wrapped = TOOLS.pop().fn  # registered only for this test
+        replies[fn.__name__] = asyncio.run(wrapped()).content[0].text
+    assert "CODE: database_busy" in replies["busy"] and "again in" in replies["busy"], replies["busy"]
+    assert "CODE: internal_error" in replies["broken"], replies["broken"]

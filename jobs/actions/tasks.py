@@ -1,17 +1,20 @@
 """Tasks as planners see them: validate and queue, follow up, cancel, look up."""
 
+import hashlib
+import json
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from jobs import doorbell, hermes_skills, paths
 from jobs.actions.events import append_events, status_event
-from jobs.actions.liveness import settle_if_orphaned
+from jobs.actions.liveness import live_supervisors, settle_if_orphaned
+from jobs.actions.workers import served_cwd, wait_reason
 from jobs.errors import Conflict, InvalidInput, NotFound, QueueFull
 from jobs.models import AgentSession, Task
 from jobs.vocabulary import Agent, PermissionMode, Source, Status
@@ -29,6 +32,10 @@ LIST_OPTIONS = {"allowed_tools", "skills", "toolsets"}
 # A list option goes into the agent's argv (shown by `ps`, and one argv string is capped at 128 KiB by Linux).
 MAX_LIST_ENTRIES = 100
 MAX_LIST_CHARS = 8_000  # the entries joined with commas, as the agents take them
+# PostgreSQL advisory lock that admits one task into the queue at a time, on every host ("brdgqueu" in ASCII).
+QUEUE_ADMISSION_LOCK = 0x6272_6467_7175_6575
+# Tries to queue-or-join when the task to join ends between the failed insert and the look-up.
+JOIN_ATTEMPTS = 5
 
 
 def get_task(task_id: str | uuid.UUID) -> Task:
@@ -58,6 +65,7 @@ class TaskSpec:
     options: dict[str, Any] = field(default_factory=dict)
     source: str = Source.API
     created_by: str = ""
+    target: str = ""  # a supervisor name, host or label to run on; "" = any supervisor that serves the cwd
 
 
 def argv_value(name: str, value: object) -> str:
@@ -109,9 +117,9 @@ def task_cwd_and_session(spec: TaskSpec) -> tuple[Path, AgentSession | None]:
     """The confined cwd a task would run in, and the known session it resumes (which fixes the cwd)."""
     resume_id = (spec.resume_session_id or "").strip()
     if not resume_id:
-        return paths.resolve_cwd(spec.cwd), None
+        return served_cwd(spec.cwd, live_supervisors), None
     session = AgentSession.objects.filter(agent=spec.agent, session_id=resume_id).first()
-    cwd = paths.resolve_cwd(session.cwd if session is not None and spec.cwd is None else spec.cwd)
+    cwd = served_cwd(session.cwd if session is not None and spec.cwd is None else spec.cwd, live_supervisors)
     if session is not None and str(cwd) != session.cwd:
         raise InvalidInput(
             f"session {resume_id} belongs to cwd {session.cwd!r}, not {str(cwd)!r}: "
@@ -154,14 +162,30 @@ def checked_run_settings(spec: TaskSpec) -> tuple[str, dict[str, Any], int | Non
     return mode, options, timeout_s
 
 
-def create_task(spec: TaskSpec) -> Task:
-    """Validate, confine and queue a task. Nothing runs until a supervisor claims it."""
+def lock_queue_admissions() -> None:
+    """Hold, until this transaction ends, the right to add to the queue, so counting it against BRIDGE_MAX_QUEUED and
+    inserting are one step for every process and host. PostgreSQL: a transaction-scoped advisory lock (no lock row,
+    released by commit or rollback, even by a process that dies). SQLite needs none: Bridge's transactions there are
+    IMMEDIATE, so a writer holds the database's one write lock from its first statement."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [QUEUE_ADMISSION_LOCK])
+
+
+def create_task(spec: TaskSpec, *, dedupe_key: str = "") -> Task:
+    """Validate, confine and queue a task. Nothing runs until a supervisor claims it.
+
+    `dedupe_key` is set only by create_or_join_task: the database then refuses a second queued-or-running task with
+    the same key (constraint one_active_task_per_dedupe_key, IntegrityError). Plain creates keep it empty."""
     prompt = check_prompt(spec.prompt)
     mode, options, timeout_s = checked_run_settings(spec)
     cwd, session = task_cwd_and_session(spec)
     resume_id = (spec.resume_session_id or "").strip()
+    target = argv_value("target", spec.target) if (spec.target or "").strip() else ""
+    waits_because = wait_reason(str(cwd), target, live_supervisors())  # "" when a live supervisor serves it
 
     with transaction.atomic():
+        lock_queue_admissions()
         queued = Task.objects.queued_in_order().count()
         if queued >= settings.BRIDGE_MAX_QUEUED:
             raise QueueFull(
@@ -180,34 +204,56 @@ def create_task(spec: TaskSpec) -> Task:
             resume_session_id=resume_id,
             source=spec.source,
             created_by=spec.created_by,
+            dedupe_key=dedupe_key,
+            target=target,
+            wait_reason=waits_because,
         )
         append_events(task, [status_event(task)])
         doorbell.ring(doorbell.QUEUE)
     return task
 
 
+def task_dedupe_key(agent: str, prompt: str, cwd: str, resume_id: str, mode: str, options: dict[str, Any]) -> str:
+    """What makes two tasks the same job: SHA-256 (hex) of the canonical JSON of agent, prompt, cwd, resumed session,
+    permission mode and options (keys sorted, so option order does not matter; list order does)."""
+    canonical = json.dumps([agent, prompt, cwd, resume_id, mode, options], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _is_dedupe_conflict(exc: IntegrityError) -> bool:
+    """PostgreSQL names the constraint; SQLite names its column."""
+    text = str(exc)
+    return "one_active_task_per_dedupe_key" in text or "jobs_task.dedupe_key" in text
+
+
 def create_or_join_task(spec: TaskSpec) -> tuple[Task, bool]:
     """Queue a task unless an identical one (agent, prompt, cwd, resumed session, permission mode, options) is
     queued or running: a planner that re-sends a task it lost track of gets the job already doing it.
-    Returns (task, created)."""
+    Returns (task, created).
+
+    Exactly once across processes and hosts: the task carries a dedupe key, and the database admits one queued or
+    running task per key. Of two identical requests at once, one inserts; the other's insert fails (its own
+    transaction, or savepoint inside a caller's, rolls back) and it joins the winner's task. Only tasks made here
+    have a key: a task made by a plain create is never joined."""
     cwd, _ = task_cwd_and_session(spec)
     mode, options, _ = checked_run_settings(spec)
-    with transaction.atomic():
-        candidates = (
-            Task.objects.active()
-            .filter(
-                agent=spec.agent,
-                prompt=spec.prompt,
-                cwd=str(cwd),
-                resume_session_id=(spec.resume_session_id or "").strip(),
-                permission_mode=mode,
-            )
-            .order_by("created_at", "id")
-        )
-        same = next((task for task in candidates if task.options == options), None)
+    resume_id = (spec.resume_session_id or "").strip()
+    key = task_dedupe_key(spec.agent, check_prompt(spec.prompt), str(cwd), resume_id, mode, options)
+    for _ in range(JOIN_ATTEMPTS):
+        same = Task.objects.active().filter(dedupe_key=key).order_by("created_at", "id").first()
         if same is not None:
             return same, False
-        return create_task(spec), True
+        try:
+            return create_task(spec, dedupe_key=key), True
+        except IntegrityError as exc:
+            if not _is_dedupe_conflict(exc):
+                raise
+            # another process queued it first: join that task (looked up again, as it may have ended meanwhile)
+    raise Conflict(
+        f"an identical task kept starting and ending while this one was being queued ({JOIN_ATTEMPTS} tries); "
+        "send it again",
+        code="dedupe_contention",
+    )
 
 
 def known_session_id(agent: str, session_id: str, cwd: str | None) -> str:

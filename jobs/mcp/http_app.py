@@ -4,10 +4,12 @@ import asyncio
 from collections.abc import Callable
 
 from django.conf import settings
+from django.http import HttpResponse
 from mcp.server.transport_security import TransportSecuritySettings
 
 from jobs import auth
 from jobs.mcp.server import get_server, in_db
+from jobs.middleware import database_busy_response
 
 
 def _transport_security() -> TransportSecuritySettings:
@@ -51,8 +53,15 @@ class McpHttpApp:
         path = scope.get("path", "")
         if scope["type"] != "http" or not (path == self.path or path.startswith(self.path + "/")):
             return await self.fallback(scope, receive, send)
-        if not await in_db(_has_valid_token)(scope.get("headers", [])):
-            return await self._unauthorized(send)
+        try:
+            valid = await in_db(_has_valid_token)(scope.get("headers", []))
+        except Exception as exc:
+            busy = database_busy_response(exc)  # the same JSON 503 as every other HTTP interface
+            if busy is None:
+                raise
+            return await self._send(send, busy)
+        if not valid:
+            return await self._send(send, auth.unauthorized())
         await self._start_session_manager()
         await self.mcp_app(scope, receive, send)
 
@@ -76,8 +85,9 @@ class McpHttpApp:
                 waiting.cancel()
                 self._runner.result()  # raises why it could not start
 
-    async def _unauthorized(self, send: Callable) -> None:
-        response = auth.unauthorized()
+    @staticmethod
+    async def _send(send: Callable, response: HttpResponse) -> None:
+        """A Django response, sent over ASGI ourselves: /mcp is answered before Django sees the request."""
         headers = [(k.lower().encode(), v.encode()) for k, v in response.items()]
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         await send({"type": "http.response.body", "body": response.content})

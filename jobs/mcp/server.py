@@ -6,13 +6,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import close_old_connections
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent
 from pydantic import ConfigDict
 
-from jobs.errors import BridgeError, Refused
+from jobs.errors import BridgeError, DatabaseBusy, Refused, is_database_busy
 from jobs.mcp import replies
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,9 @@ def tool(fn: Callable[..., Awaitable[str]]) -> Callable[..., Awaitable[str]]:
         except BridgeError as exc:
             return _flagged(replies.error(exc.message, exc.code, refused=isinstance(exc, Refused)))
         except Exception as exc:
+            if is_database_busy(exc):
+                busy = DatabaseBusy(settings.BRIDGE_DB_RETRY_AFTER_S)
+                return _flagged(replies.error(busy.message, busy.code))
             log.exception("MCP tool %s failed", fn.__name__)
             return _flagged(replies.error(replies.unexpected(fn.__name__, exc), replies.INTERNAL_ERROR))
 

@@ -1,0 +1,458 @@
+"""Bridge under concurrent load, raced with real processes against one database: an identical job is queued once,
+the queue cap is exact, and a burst is answered in JSON (200, 429, or 503 database_busy with Retry-After), never a 500.
+
+Runs on the database of the run (SQLite by default, PostgreSQL with DATABASE_URL); on SQLite the last test runs this
+file again on PostgreSQL, where the races are real (several connections writing at once).
+"""
+
+import asyncio
+import json
+import os
+import queue
+import re
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from django.contrib.sessions.middleware import SessionMiddleware
+from django.db import OperationalError, connection
+from django.test import AsyncClient, Client
+
+from jobs import actions
+from jobs.models import Task
+from jobs.vocabulary import Status
+from tests.support import REPO, database_url, skip_or_fail
+
+POSTGRES_URL = os.environ.get("BRIDGE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/bridge")
+LISTENING_RE = re.compile(r"Bridge is listening on (http://\S+?)/?\s*$")
+RACERS = 8
+ROUNDS = 20
+BURST = 200
+MAX_QUEUED = 50
+SERVER_POOL = 5
+SERVER_APP = "bridge-burst-test-server"
+
+# One racer: Django set up on the test database, then one create_or_join_task per line on stdin, at the time it names.
+RACER = r"""
+import json, sys, time
+import django
+django.setup()
+from django.db import connection
+from jobs import actions
+print("ready", flush=True)
+for line in sys.stdin:
+    job = json.loads(line)
+    time.sleep(max(0.0, job["at"] - time.time()))
+    spec = actions.TaskSpec(prompt=job["prompt"], cwd=job["cwd"], options={"model": "m", "allowed_tools": ["Read"]})
+    try:
+        task, created = actions.create_or_join_task(spec)
+        print(json.dumps({"id": str(task.public_id), "created": created}), flush=True)
+    except Exception as exc:
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+connection.close()
+"""
+
+
+def child_env(settings, tmp_path: Path, work_root: Path, **extra: str) -> dict[str, str]:
+    """A Bridge process on this test's database, with its own data dir and no outer Redis."""
+    data = tmp_path / "child-data"
+    data.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_SECRET_KEY")}
+    env.update(
+        {
+            "DATABASE_URL": database_url(settings.DATABASES["default"]),
+            "DJANGO_SETTINGS_MODULE": "bridge.settings",
+            "BRIDGE_DATA_DIR": str(data),
+            "BRIDGE_ALLOWED_ROOTS": str(work_root),
+            "PYTHONUNBUFFERED": "1",
+            **extra,
+        }
+    )
+    return env
+
+
+class Lines:
+    """A child's stdout lines, read by a thread, so the test can wait for them with a deadline."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def next(self, timeout: float) -> str:
+        return self.lines.get(timeout=timeout)
+
+
+@pytest.fixture
+def racers(settings, tmp_path, work_root):
+    env = child_env(settings, tmp_path, work_root, BRIDGE_DB_POOL_SIZE="2")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for _ in range(RACERS)
+    ]
+    outputs = [Lines(proc) for proc in procs]
+    try:
+        for out in outputs:
+            assert out.next(timeout=60) == "ready"
+        yield list(zip(procs, outputs, strict=True))
+    finally:
+        for proc in procs:
+            proc.stdin.close()
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_identical_jobs_from_many_processes_at_once_make_one_task(racers, work_root):
+    started = time.monotonic()
+    for round_no in range(ROUNDS):
+        prompt = f"race round {round_no}"
+        job = json.dumps({"prompt": prompt, "cwd": str(work_root), "at": time.time() + 0.15}) + "\n"
+        for proc, _ in racers:
+            proc.stdin.write(job)
+            proc.stdin.flush()
+        answers = [json.loads(out.next(timeout=30)) for _, out in racers]
+        assert not [a for a in answers if "error" in a], f"round {round_no}: {answers}"
+        assert len({a["id"] for a in answers}) == 1, f"round {round_no}: several tasks for one job: {answers}"
+        assert sum(a["created"] for a in answers) == 1, f"round {round_no}: {answers}"
+        assert Task.objects.filter(prompt=prompt).count() == 1
+    assert Task.objects.exclude(dedupe_key="").values("dedupe_key").distinct().count() == ROUNDS
+    print(f"\n{RACERS} processes x {ROUNDS} rounds on {connection.vendor}: {time.monotonic() - started:.1f} s")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_only_create_or_join_dedupes_and_an_ended_task_frees_its_key(work_root):
+    spec = actions.TaskSpec(prompt="same job", cwd=str(work_root))
+    plain = [actions.create_task(spec), actions.create_task(spec)]
+    assert plain[0].pk != plain[1].pk and plain[0].dedupe_key == plain[1].dedupe_key == ""
+    first, created = actions.create_or_join_task(spec)
+    assert created and first.pk not in {t.pk for t in plain}, "a task from a plain create is never joined"
+    assert len(first.dedupe_key) == 64
+    assert actions.create_or_join_task(spec) == (first, False)
+    reordered = actions.TaskSpec(prompt="same job", cwd=str(work_root), options={"max_turns": 3, "model": "m"})
+    other, created = actions.create_or_join_task(reordered)
+    assert created and other.pk != first.pk, "other options are another job"
+    assert actions.create_or_join_task(
+        actions.TaskSpec(prompt="same job", cwd=str(work_root), options={"model": "m", "max_turns": 3})
+    ) == (other, False), "the options' order does not matter"
+    actions.request_cancel(first)
+    again, created = actions.create_or_join_task(spec)
+    assert created and again.pk != first.pk, "an ended task is not joined: the job is queued anew"
+
+
+# --- a burst over HTTP against a real server ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def bridge_server(settings, tmp_path, work_root):
+    """`runbridge --no-supervisor` on the test database, a queue of 50, a pool of 5 (enough writers at once to overshoot
+    the cap without its lock, few enough that a burst waits for connections) and a short wait for the database."""
+    env = child_env(
+        settings,
+        tmp_path,
+        work_root,
+        BRIDGE_MAX_QUEUED=str(MAX_QUEUED),
+        BRIDGE_DB_POOL_SIZE=str(SERVER_POOL),
+        BRIDGE_DB_POOL_TIMEOUT_S="0.5",
+        BRIDGE_DB_RETRY_AFTER_S="1",
+        PGAPPNAME=SERVER_APP,  # its PostgreSQL connections are counted by this name
+    )
+    log_path = tmp_path / "runbridge.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "runbridge", "--no-supervisor", "--host", "127.0.0.1", "--port", "0"],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+    out = Lines(proc)
+    try:
+        deadline = time.monotonic() + 60
+        url = ""
+        while not url:
+            match = LISTENING_RE.search(out.next(timeout=max(0.1, deadline - time.monotonic())))
+            url = match.group(1) if match else ""
+        yield url, log_path
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+async def create_until_answered(client: httpx.AsyncClient, body: dict, seen: list[httpx.Response]) -> httpx.Response:
+    """What a good client does: on 503, wait as long as Retry-After says, then send the same request again."""
+    for _ in range(15):
+        response = await client.post("/v1/task/create", json=body)
+        seen.append(response)
+        if response.status_code != 503:
+            return response
+        await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
+    return response
+
+
+async def burst(url: str, token: str, cwd: str) -> tuple[list[httpx.Response], list[httpx.Response]]:
+    seen: list[httpx.Response] = []
+    limits = httpx.Limits(max_connections=BURST, max_keepalive_connections=BURST)
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=30, trust_env=False) as client:
+        jobs = [create_until_answered(client, {"prompt": f"burst {i}", "cwd": cwd}, seen) for i in range(BURST)]
+        final = await asyncio.wait_for(asyncio.gather(*jobs), timeout=45)
+    return final, seen
+
+
+class ServerConnections:
+    """Samples how many PostgreSQL connections the server holds, on a thread of its own, until stopped."""
+
+    def __init__(self) -> None:
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        try:
+            while not self._stop.wait(0.02):
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [SERVER_APP])
+                    self.most = max(self.most, cursor.fetchone()[0])
+        finally:
+            connection.close()
+
+    def __enter__(self) -> "ServerConnections":
+        if connection.vendor == "postgresql":
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_burst_of_creates_is_answered_in_json_and_fills_the_queue_exactly(bridge_server, work_root):
+    url, log_path = bridge_server
+    token = actions.create_token("burst")[1]
+    started = time.monotonic()
+    with ServerConnections() as server_connections:
+        final, seen = asyncio.run(burst(url, token, str(work_root)))
+    took = time.monotonic() - started
+    assert server_connections.most <= SERVER_POOL, "the server held more connections than its pool has"
+    after = httpx.get(f"{url}/v1/tasks", headers={"Authorization": f"Bearer {token}"}, timeout=10, trust_env=False)
+    assert after.status_code == 200, "every connection went back to the pool: the server still serves"
+    statuses = [r.status_code for r in seen]
+    for response in seen:
+        assert response.status_code in (200, 429, 503), f"{response.status_code}: {response.text[:300]}"
+        assert response.headers["content-type"].startswith("application/json"), response.text[:300]
+        body = response.json()
+        if response.status_code == 503:
+            assert body["code"] == "database_busy" and "database is busy" in body["error"], body
+            assert response.headers["Retry-After"] == "1"
+        elif response.status_code == 429:
+            assert body["code"] == "queue_full", body
+    assert [r.status_code for r in final].count(200) == MAX_QUEUED
+    assert [r.status_code for r in final].count(429) == BURST - MAX_QUEUED
+    assert Task.objects.filter(status=Status.QUEUED).count() == MAX_QUEUED
+    assert "Traceback" not in log_path.read_text(errors="replace")
+    print(
+        f"\n{BURST} creates on {connection.vendor} in {took:.1f} s, {len(seen)} answers: "
+        f"{statuses.count(200)} x 200, {statuses.count(429)} x 429, {statuses.count(503)} x 503"
+        + (f"; at most {server_connections.most} connections" if connection.vendor == "postgresql" else "")
+    )
+
+
+# --- the answer to a busy database, on every interface ------------------------------------------------------------
+
+
+def busy(message: str = "database is locked") -> OperationalError:
+    return OperationalError(message)
+
+
+def raising(error: Exception):
+    """A stand-in for a function that touches the database, failing as a busy one does."""
+
+    def fail(*args, **kwargs):
+        raise error
+
+    return fail
+
+
+def assert_busy_answer(response, settings) -> None:
+    assert response.status_code == 503, response.content[:300]
+    assert response["Content-Type"].startswith("application/json")
+    assert response["Retry-After"] == str(settings.BRIDGE_DB_RETRY_AFTER_S)
+    body = response.json()
+    assert body["code"] == "database_busy" and "database is busy" in body["error"]
+    assert body["retry_after_s"] == settings.BRIDGE_DB_RETRY_AFTER_S
+
+
+def pool_timeout() -> OperationalError:
+    """What Django raises when no pooled connection came free: its OperationalError, from psycopg_pool's."""
+    psycopg_pool = pytest.importorskip("psycopg_pool")
+    try:
+        try:
+            raise psycopg_pool.PoolTimeout("couldn't get a connection after 5.00 sec")
+        except psycopg_pool.PoolTimeout as exc:
+            raise OperationalError(str(exc)) from exc
+    except OperationalError as wrapped:
+        return wrapped
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "error",
+    [
+        busy(),
+        busy("connection failed: FATAL:  sorry, too many clients already"),
+        pytest.param("pool", id="pool-timeout"),
+    ],
+)
+def test_rest_answers_a_busy_database_with_503_json(error, settings, monkeypatch):
+    error = pool_timeout() if error == "pool" else error
+    monkeypatch.setattr("jobs.auth.authenticate", raising(error))
+    assert_busy_answer(Client().get("/v1/tasks"), settings)
+    assert_busy_answer(Client().post("/v1/task/create", {}, content_type="application/json"), settings)
+
+
+@pytest.mark.django_db
+def test_sse_and_pages_answer_a_busy_database_with_503_json(settings, monkeypatch, django_user_model):
+    monkeypatch.setattr("jobs.auth.authenticate", raising(busy()))
+    assert_busy_answer(Client().get("/v1/task/output/stream", {"task_id": "x"}), settings)
+    # as Daphne serves it: the ASGI handler, the middleware chain in async mode
+    assert_busy_answer(asyncio.run(AsyncClient().get("/v1/task/output/stream", {"task_id": "x"})), settings)
+    assert_busy_answer(asyncio.run(AsyncClient().get("/v1/tasks")), settings)
+    client = Client()
+    client.force_login(django_user_model.objects.create_user("ann"))
+    monkeypatch.setattr("jobs.actions.settle_running_tasks", raising(busy()))
+    assert_busy_answer(client.get("/"), settings)
+
+
+@pytest.mark.django_db
+def test_a_busy_database_in_a_middleware_is_503_too(settings, monkeypatch):
+    """Raised after the view (a session being saved): Django has made it a 500 already; it is replaced."""
+
+    monkeypatch.setattr(SessionMiddleware, "process_response", raising(busy()))
+    assert_busy_answer(Client(raise_request_exception=False).get("/login/"), settings)
+
+
+@pytest.mark.django_db
+def test_other_database_errors_stay_internal_errors(monkeypatch):
+    monkeypatch.setattr("jobs.auth.authenticate", raising(busy("no such table: x")))
+    client = Client(raise_request_exception=False)
+    for path in ("/v1/tasks", "/v1/task/output/stream?task_id=x"):
+        response = client.get(path)
+        assert response.status_code == 500 and "Retry-After" not in response
+
+
+def request_in_new_thread(token: str, send) -> tuple[object, float]:
+    """`send(client)` on a thread of its own, so it needs a database connection of its own, as a server's requests do.
+    Returns the response and how long it took."""
+    result: list = []
+
+    def run() -> None:
+        started = time.monotonic()
+        try:
+            result.append((send(Client(HTTP_AUTHORIZATION=f"Bearer {token}")), time.monotonic() - started))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    assert result, "the request did not finish"
+    return result[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_that_gets_no_pooled_connection_in_time_is_503(settings, monkeypatch):
+    if connection.vendor != "postgresql":
+        pytest.skip("the connection pool is PostgreSQL's")
+    psycopg_pool = pytest.importorskip("psycopg_pool")
+    token = actions.create_token("pool")[1]
+    pool = connection.pool
+    monkeypatch.setattr(pool, "timeout", 0.3)
+    held = []
+    try:
+        while True:  # take every connection the pool has, as a burst would
+            held.append(pool.getconn(timeout=0.2))
+    except psycopg_pool.PoolTimeout:
+        pass
+    try:
+        response, took = request_in_new_thread(token, lambda client: client.get("/v1/tasks"))
+    finally:
+        for conn in held:
+            pool.putconn(conn)
+    assert_busy_answer(response, settings)
+    assert took < 3
+    response, _ = request_in_new_thread(token, lambda client: client.get("/v1/tasks"))
+    assert response.status_code == 200, "connections back in the pool: served again"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_web_request_waits_briefly_for_sqlites_write_lock(settings, work_root):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's write lock")
+    settings.BRIDGE_DB_POOL_TIMEOUT_S = 0.3
+    token = actions.create_token("lock")[1]
+    holder = sqlite3.connect(settings.DATABASES["default"]["NAME"], timeout=0, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock (the supervisors' busy timeout is 20 s)
+    try:
+        response, took = request_in_new_thread(
+            token, lambda client: client.post("/v1/task/create", {"prompt": "x"}, content_type="application/json")
+        )
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert_busy_answer(response, settings)
+    assert took < 5, f"answered after {took:.1f} s"
+    assert not Task.objects.exists(), "nothing was done"
+
+
+def test_the_races_on_postgresql():
+    """Run this file again on PostgreSQL, where several connections really write at once."""
+    if os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        pytest.skip("this run is on PostgreSQL already")
+    try:
+        import psycopg
+    except ImportError:
+        skip_or_fail("psycopg is not installed (pip install -e '.[postgres]')")
+    server = POSTGRES_URL.rsplit("/", 1)[0] + "/postgres"
+    try:
+        psycopg.connect(server, connect_timeout=3).close()
+    except psycopg.OperationalError as exc:
+        skip_or_fail(f"PostgreSQL is not reachable at {server} (set BRIDGE_TEST_POSTGRES_URL): {exc}")
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", __file__],
+        cwd=REPO,
+        env={**os.environ, "DATABASE_URL": POSTGRES_URL},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, f"on PostgreSQL:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+    print(run.stdout[-1500:])
