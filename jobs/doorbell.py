@@ -7,25 +7,36 @@ TASKS for "some task has news" (rung with every task key, for the live task list
 
 Within one process rings go to subscribed callbacks. When the channel layer spans processes (channels-redis),
 each ring is also announced to the layer group of its key, so a browser served by one process hears a separate
-`supervise` process.
+`supervise` process. The other way round, a process that runs tasks starts one `listen_across_processes()`: a
+thread with its own layer instance and one channel, joined to the group of every key subscribed here, which passes
+what it hears to this process's subscribers (`ring_now`, never announced again, and never its own process's rings).
+So a decision or cancel made in the web process reaches the supervisor running that task within milliseconds;
+polling stays only as the safety net.
 """
 
 import asyncio
 import atexit
 import logging
+import random
 import threading
+import uuid
 from collections.abc import Callable
 
-from channels.layers import InMemoryChannelLayer, get_channel_layer
+from channels.layers import DEFAULT_CHANNEL_LAYER, InMemoryChannelLayer, channel_layers, get_channel_layer
 from django.db import transaction
 
 QUEUE = "queue"
 TASKS = "tasks"
 RING_MESSAGE_TYPE = "doorbell.ring"
+# Names this process in the rings it announces, so its own cross-process listener does not deliver them twice.
+ORIGIN = uuid.uuid4().hex
+REJOIN_S = 300.0  # the listener renews its group memberships this often (channels-redis forgets them after a day)
+RECONNECT_MAX_S = 5.0  # the longest wait between tries to reach a layer that failed
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _listeners: dict[str, set[Callable[[], None]]] = {}
+_remote_keys: dict[str, set[Callable[[], None]]] = {}  # the subscriptions the cross-process listener joins groups for
 
 
 def group_name(key: str) -> str:
@@ -33,18 +44,28 @@ def group_name(key: str) -> str:
     return f"bridge.{key}"
 
 
-def subscribe(key: str, callback: Callable[[], None]) -> Callable[[], None]:
-    """Call `callback` (from any thread, so it must be quick and thread-safe) on each ring; returns unsubscribe."""
+def subscribe(key: str, callback: Callable[[], None], *, remote: bool = True) -> Callable[[], None]:
+    """Call `callback` (from any thread, so it must be quick and thread-safe) on each ring; returns unsubscribe.
+
+    With `remote` (the default) rings from other processes reach it too while this process listens across processes
+    (`listen_across_processes`); AsyncWaiter listens on the layer itself and passes False."""
     with _lock:
         _listeners.setdefault(key, set()).add(callback)
+        if remote:
+            _remote_keys.setdefault(key, set()).add(callback)
+    if remote:
+        _listener.changed()
 
     def unsubscribe() -> None:
         with _lock:
-            callbacks = _listeners.get(key)
-            if callbacks is not None:
-                callbacks.discard(callback)
-                if not callbacks:
-                    del _listeners[key]
+            for registry in (_listeners, _remote_keys):
+                callbacks = registry.get(key)
+                if callbacks is not None:
+                    callbacks.discard(callback)
+                    if not callbacks:
+                        del registry[key]
+        if remote:
+            _listener.changed()
 
     return unsubscribe
 
@@ -108,7 +129,8 @@ class _Announcer:
 
 async def _group_send(key: str) -> None:
     try:
-        await get_channel_layer().group_send(group_name(key), {"type": RING_MESSAGE_TYPE, "key": key})
+        message = {"type": RING_MESSAGE_TYPE, "key": key, "origin": ORIGIN}
+        await get_channel_layer().group_send(group_name(key), message)
     except Exception as exc:  # a broken layer must not fail anything: a lost ring costs latency only
         log.warning("doorbell: could not announce %s through the channel layer: %s", key, exc)
 
@@ -120,6 +142,177 @@ atexit.register(_announcer.flush)
 def announce(key: str) -> None:
     """Tell other processes through the channel layer, without waiting for it."""
     _announcer.announce(key)
+
+
+class _Stopped(Exception):
+    """The listener was told to stop (raised in its loop, so a stop never depends on a cancel being honoured)."""
+
+
+class _Listener:
+    """Rings from other processes for the keys subscribed here, passed to this process's subscribers.
+
+    One thread with its own event loop and its own channel-layer instance (the process's shared one belongs to other
+    loops), one channel joined to the group of each remotely subscribed key. When the layer fails (Redis restarted or
+    unreachable) it tries again with a fresh channel after a short backoff, joins every group again, and rings each
+    key here once: whatever was announced meanwhile is found by that look, not lost (Principles 1).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed: asyncio.Event | None = None  # keys changed, or stop: look at both
+        self._stopping: asyncio.Event | None = None
+
+    def start(self) -> Callable[[], None]:
+        """Listen (if not already listening) until every caller has called the returned stop."""
+        with self._lock:
+            self._users += 1
+            if self._thread is None:
+                loop, self._changed, self._stopping = asyncio.new_event_loop(), asyncio.Event(), asyncio.Event()
+                main = loop.create_task(self._serve(self._changed, self._stopping))
+                self._thread = threading.Thread(target=self._run, args=(loop, main), name="doorbell-listener")
+                self._thread.daemon = True
+                self._loop = loop
+                self._thread.start()
+        stopped = threading.Event()
+
+        def stop() -> None:
+            if not stopped.is_set():
+                stopped.set()
+                self._release()
+
+        return stop
+
+    def _release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users or self._thread is None:
+                return
+            thread, loop, changed, stopping = self._thread, self._loop, self._changed, self._stopping
+            self._thread = self._loop = self._changed = self._stopping = None
+
+        def stop_now() -> None:
+            stopping.set()
+            changed.set()
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+
+        loop.call_soon_threadsafe(stop_now)
+        thread.join(timeout=5)
+
+    def changed(self) -> None:
+        """The keys subscribed here changed: join or leave groups to match (from any thread)."""
+        with self._lock:
+            loop, changed = self._loop, self._changed
+        if loop is not None and changed is not None:
+            try:
+                loop.call_soon_threadsafe(changed.set)
+            except RuntimeError:  # its loop has just closed
+                pass
+
+    @staticmethod
+    def _run(loop: asyncio.AbstractEventLoop, main: asyncio.Task) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(main)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            loop.close()
+
+    async def _serve(self, changed: asyncio.Event, stopping: asyncio.Event) -> None:
+        layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
+        loop = asyncio.get_running_loop()
+        failures = 0
+        try:
+            while not stopping.is_set():
+                began = loop.time()
+                try:
+                    await self._session(layer, changed, stopping)
+                except Exception as exc:  # the layer failed: polling covers the gap; try again soon
+                    if stopping.is_set():
+                        return
+                    if loop.time() - began > RECONNECT_MAX_S:
+                        failures = 0  # it had worked for a while: a new outage
+                    failures += 1
+                    if failures == 1:
+                        cause = exc.exceptions[0] if isinstance(exc, ExceptionGroup) else exc
+                        log.warning("doorbell: lost the channel layer (%r); reconnecting", cause)
+                    delay = min(RECONNECT_MAX_S, 0.05 * 2 ** min(failures, 10))
+                    await asyncio.sleep(delay / 2 + random.random() * delay / 2)
+        finally:
+            if hasattr(layer, "close_pools"):
+                try:
+                    async with asyncio.timeout(2):
+                        await layer.close_pools()
+                except BaseException:  # closing is a courtesy; the process's other layers are not touched
+                    pass
+
+    async def _session(self, layer, changed: asyncio.Event, stopping: asyncio.Event) -> None:
+        """One channel, its groups kept in step with the keys wanted, and rings passed on until the layer fails."""
+        channel = await layer.new_channel()
+        joined: set[str] = set()
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._keep_joined(layer, channel, joined, changed, stopping))
+                group.create_task(self._pass_on(layer, channel))
+        finally:
+            for key in joined:
+                try:
+                    async with asyncio.timeout(1):
+                        await layer.group_discard(group_name(key), channel)
+                except BaseException:  # leaving is a courtesy: the groups forget a silent channel in a day
+                    break
+
+    async def _keep_joined(
+        self, layer, channel: str, joined: set[str], changed: asyncio.Event, stopping: asyncio.Event
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        renewed = loop.time()
+        while True:
+            changed.clear()
+            if stopping.is_set():
+                raise _Stopped
+            with _lock:
+                wanted = set(_remote_keys)
+            renew = loop.time() - renewed >= REJOIN_S
+            new = wanted - joined
+            for key in wanted if renew else new:
+                await layer.group_add(group_name(key), channel)
+                joined.add(key)
+            for key in joined - wanted:
+                await layer.group_discard(group_name(key), channel)
+                joined.discard(key)
+            if renew:
+                renewed = loop.time()
+            for key in new:
+                ring_now(key)  # a ring announced before the join was not heard here: look again now
+            try:
+                async with asyncio.timeout(REJOIN_S):
+                    await changed.wait()
+            except TimeoutError:
+                pass
+
+    async def _pass_on(self, layer, channel: str) -> None:
+        while True:
+            message = await layer.receive(channel)
+            key = message.get("key")
+            if isinstance(key, str) and message.get("origin") != ORIGIN:
+                ring_now(key)
+
+
+_listener = _Listener()
+
+
+def listen_across_processes() -> Callable[[], None]:
+    """Hear rings that other processes announce through the channel layer, for every key subscribed here (with
+    `remote`), until the returned function is called. Does nothing (returns a no-op) when the layer does not span
+    processes. A supervisor calls it, so decisions and cancels made in the web process reach its runs at once."""
+    if not layer_spans_processes():
+        return lambda: None
+    return _listener.start()
 
 
 def _deliver(key: str) -> None:
@@ -145,7 +338,7 @@ class AsyncWaiter:
     def __init__(self, key: str) -> None:
         self._loop = asyncio.get_running_loop()
         self._event = asyncio.Event()
-        self._unsubscribe = subscribe(key, self._on_ring)
+        self._unsubscribe = subscribe(key, self._on_ring, remote=False)
         self._joined = asyncio.Event()
         self._listener = asyncio.create_task(self._listen(key)) if layer_spans_processes() else None
         if self._listener is None:

@@ -42,6 +42,7 @@ def health(request: HttpRequest) -> JsonResponse:
     database = "ok" if ok else "error (details in the server log)"
     body = {"status": status, "database": database, "supervisors": len(state.workers), "tasks": state.counts}
     body["pending_permissions"] = state.pending_permissions
+    body["workers"] = [actions.worker_data(worker, state.running) for worker in state.workers]  # roots: counts only
     return JsonResponse(body, status=200 if status == "ok" else 503)
 
 

@@ -30,6 +30,7 @@ from jobs.actions.permissions import (
 from jobs.actions.runs import (
     USAGE_FIELDS,
     claim_next_task,
+    explain_waits,
     find_orphans,
     finish_task,
     link_session,
@@ -56,9 +57,12 @@ from jobs.actions.tasks import (
 from jobs.actions.tokens import create_token, mark_token_used, revoke_tokens
 from jobs.actions.workers import (
     WORKER_STALE_AFTER,
+    check_identity,
     heartbeat,
     register_worker,
+    running_by_worker,
     stop_worker,
+    worker_data,
     worker_is_alive,
 )
 
@@ -78,6 +82,7 @@ __all__ = [
     "argv_value",
     "cancel_open_permissions",
     "cancel_permission",
+    "check_identity",
     "checked_options",
     "claim_next_task",
     "continue_task",
@@ -86,6 +91,7 @@ __all__ = [
     "create_token",
     "decide_permission",
     "event_data",
+    "explain_waits",
     "events_since",
     "expire_permissions",
     "find_orphans",
@@ -107,6 +113,7 @@ __all__ = [
     "register_worker",
     "request_cancel",
     "revoke_tokens",
+    "running_by_worker",
     "settle_if_orphaned",
     "settle_orphans",
     "settle_running_tasks",
@@ -115,5 +122,6 @@ __all__ = [
     "system_state",
     "task_cwd_and_session",
     "undelivered_decisions",
+    "worker_data",
     "worker_is_alive",
 ]

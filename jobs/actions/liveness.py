@@ -10,11 +10,11 @@ rows they hold) first, and health (`system_state`) lists only `live_supervisors`
 import logging
 import socket
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jobs import processes
-from jobs.actions.runs import mark_orphaned
-from jobs.actions.workers import WORKER_STALE_AFTER, worker_is_alive
+from jobs.actions.runs import explain_waits, mark_orphaned
+from jobs.actions.workers import WORKER_STALE_AFTER, running_by_worker, worker_is_alive
 from jobs.models import PermissionRequest, Task, Worker
 from jobs.vocabulary import Status
 
@@ -64,15 +64,19 @@ class SystemState:
     counts: dict[str, int]
     workers: list[Worker]
     pending_permissions: int = 0  # requests waiting for someone to decide
+    running: dict[int, int] = field(default_factory=dict)  # running tasks per live supervisor (by pk)
 
 
 def system_state() -> SystemState:
     """What a health check reports, with dead supervisors' running tasks orphaned first and only live supervisors
-    listed; a broken database is reported, not raised."""
+    listed (with how many tasks each runs); queued tasks no live supervisor serves are told so (`explain_waits`).
+    A broken database is reported, not raised."""
     try:
         settle_running_tasks()
+        explain_waits()
         pending = PermissionRequest.objects.pending().count()
-        return SystemState("ok", Task.objects.counts_by_status(), live_supervisors(), pending)
+        workers = live_supervisors()
+        return SystemState("ok", Task.objects.counts_by_status(), workers, pending, running_by_worker())
     except Exception as exc:
         log.warning("health: the database cannot be read: %s", exc)
         return SystemState(f"error: {exc.__class__.__name__}: {exc}", {}, [])

@@ -1,14 +1,18 @@
 """A task's life under a supervisor: claimed, spawned, linked to its agent session, finished or orphaned."""
 
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from jobs import doorbell, paths
 from jobs.actions.events import append_events, status_event
 from jobs.actions.permissions import cancel_open_permissions
-from jobs.actions.workers import worker_is_alive
+from jobs.actions.workers import servable_by, serves, wait_reason, worker_is_alive
 from jobs.models import AgentSession, Task, TaskEvent, Worker
 from jobs.vocabulary import Agent, Status
 
@@ -28,27 +32,94 @@ USAGE_FIELDS = (
 CUMULATIVE_FIELDS: dict[str, tuple[str, ...]] = {Agent.CLAUDE: ("cost_usd",)}
 # How many earlier tasks of a session to look through for the running total a resumed run carried on from.
 BASE_SEARCH_LIMIT = 50
+# Queued tasks a claim looks through for one this supervisor serves, where rows are not locked (SQLite).
+CLAIM_LOOKAHEAD = 50
+# How often one process looks at the whole queue for tasks no live supervisor can serve (see explain_waits).
+EXPLAIN_WAITS_EVERY_S = 2.0
+_explained_at = {"t": float("-inf")}
+_explain_lock = threading.Lock()
 
 
 def claim_next_task(worker: Worker) -> Task | None:
-    """Atomically take the oldest queued task (FIFO), or None. Safe with several supervisors."""
+    """Atomically take the oldest queued task this supervisor serves (FIFO among those), or None. Safe with several
+    supervisors on several hosts: each takes only tasks whose cwd lies in its roots and whose target is empty or
+    names it (`workers.serves`). A claimed task whose cwd does not resolve inside this supervisor's roots on its own
+    host (a symlink out, or missing here) is failed at once, saying so, and the next is looked at. With nothing to
+    claim, queued tasks that no live supervisor can serve are told why (`explain_waits`)."""
+    while True:
+        task = _claim_one(worker)
+        if task is None:
+            explain_waits()
+            return None
+        refusal = local_cwd_refusal(worker, task.cwd)
+        if refusal is None:
+            return task
+        finish_task(task, status=Status.FAILED, error=refusal)
+
+
+def _claim_one(worker: Worker) -> Task | None:
     with transaction.atomic():
-        queued = Task.objects.queued_in_order()
+        queued = Task.objects.queued_in_order().filter(servable_by(worker))
+        rows = queued.values_list("pk", "cwd", "target")
         if connection.features.has_select_for_update_skip_locked:
-            queued = queued.select_for_update(skip_locked=True)
-        candidate = queued.values_list("pk", flat=True).first()
+            rows = rows.select_for_update(skip_locked=True)[:1]  # PostgreSQL: LIKE is exact, the first one serves
+        else:
+            rows = rows[:CLAIM_LOOKAHEAD]
+        candidate = next((pk for pk, cwd, target in rows if serves(worker, cwd, target)), None)
         if candidate is None:
             return None
         claimed = (
             Task.objects.queued_in_order()
             .filter(pk=candidate)
-            .update(status=Status.RUNNING, worker=worker, started_at=timezone.now())
+            .update(status=Status.RUNNING, worker=worker, started_at=timezone.now(), wait_reason="")
         )
         if not claimed:
             return None
         task = Task.objects.select_related("session").get(pk=candidate)
         append_events(task, [status_event(task, worker=worker.name)])
     return task
+
+
+def local_cwd_refusal(worker: Worker, cwd: str) -> str | None:
+    """Why this supervisor must not run a task in `cwd` on its own host, or None: confinement is checked again
+    where the agent runs, with symlinks resolved there (the web process may have seen only the path's text)."""
+    roots = [Path(root) for root in worker.roots or ()]
+    try:
+        resolved = Path(cwd).resolve()
+    except (OSError, RuntimeError) as exc:
+        return f"cwd {cwd!r} cannot be looked up on {worker.host}: {getattr(exc, 'strerror', exc)}; nothing was run"
+    if not paths.is_inside(resolved, roots):
+        return (
+            f"cwd {cwd!r} resolves to {str(resolved)!r} on {worker.host}, outside the roots of supervisor "
+            f"{worker.name} ({', '.join(map(str, roots))}); nothing was run"
+        )
+    if not resolved.is_dir():
+        return f"cwd {cwd!r} is not an existing directory on {worker.host} (supervisor {worker.name}); nothing was run"
+    return None
+
+
+def explain_waits(*, force: bool = False) -> int:
+    """Say on each queued task that no live supervisor can serve why it waits (Task.wait_reason), and clear the
+    reason of those one can serve now; at most every EXPLAIN_WAITS_EVERY_S per process unless `force`. Returns how
+    many tasks changed."""
+    with _explain_lock:
+        now = time.monotonic()
+        if not force and now - _explained_at["t"] < EXPLAIN_WAITS_EVERY_S:
+            return 0
+        _explained_at["t"] = now
+    queued = list(Task.objects.queued_in_order().values_list("pk", "public_id", "cwd", "target", "wait_reason"))
+    if not queued:
+        return 0
+    from jobs.actions.liveness import live_supervisors  # liveness imports this module
+
+    workers = live_supervisors()
+    changed = 0
+    for pk, public_id, cwd, target, old in queued:
+        reason = wait_reason(cwd, target, workers)
+        if reason != old and Task.objects.queued_in_order().filter(pk=pk).update(wait_reason=reason):
+            changed += 1
+            doorbell.ring(str(public_id))  # pages and sockets showing it look again
+    return changed
 
 
 def mark_spawned(task: Task, pid: int, create_time: float, argv: list[str]) -> None:

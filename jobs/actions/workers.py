@@ -1,33 +1,99 @@
-"""Supervisors (workers): registered, heartbeating, told apart alive from dead; and what a health check reports."""
+"""Supervisors (workers): registered with what they can serve, heartbeating, told apart alive from dead; which
+supervisor may run which task; and how a supervisor is described to a health check.
+
+Each supervisor declares what it serves: the allowed roots of its own host (BRIDGE_ALLOWED_ROOTS there, resolved),
+and optionally a name (unique among live supervisors) and labels. It runs a task when the task's cwd is one of its
+roots or lies below one (compared as resolved path strings, by prefix), and the task's `target` is empty or equal to
+its name, its host or one of its labels (`serves`, and `servable_by` for the claim's query: one rule, two forms).
+"""
 
 import logging
+import os
+import re
 import socket
 import uuid
+from collections.abc import Callable, Iterable
 from datetime import timedelta
+from functools import reduce
+from operator import or_
+from pathlib import Path
 
 import psutil
+from django.conf import settings
+from django.db.models import Count, Q
 from django.utils import timezone
 
-from jobs import processes
-from jobs.models import Worker
+from jobs import paths, processes
+from jobs.errors import Conflict, InvalidInput, Refused
+from jobs.inputs import check_path_text
+from jobs.models import Task, Worker
 
 log = logging.getLogger(__name__)
 WORKER_STALE_AFTER = timedelta(seconds=30)
+# A supervisor's name or label: one word a planner can type as a task's target.
+IDENTITY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}")
+MAX_LABELS = 50
+LISTED_IN_REASON = 10  # supervisors a wait reason names before "and N more"
 
 
-def register_worker(capacity: int) -> Worker:
-    """Record this process as a supervisor, with what tells it apart from a later process with its pid."""
+# --- who a supervisor is ---------------------------------------------------------------------------------------
+def check_identity(name: str | None, labels: Iterable[str] | None) -> tuple[str, list[str]]:
+    """A supervisor's declared name ("" for none) and labels, each one word of letters, digits and `._@+-`."""
+    name = (name or "").strip()
+    labels = [label.strip() for label in labels or () if label.strip()]
+    for what, value in [("name", name)] * bool(name) + [("label", label) for label in labels]:
+        if not IDENTITY.fullmatch(value):
+            raise InvalidInput(
+                f"supervisor {what} {value[:50]!r} is not allowed: up to 100 letters, digits and . _ @ + -, "
+                "starting with a letter or digit"
+            )
+    if len(labels) > MAX_LABELS:
+        raise InvalidInput(f"a supervisor takes at most {MAX_LABELS} labels, not {len(labels)}")
+    return name, list(dict.fromkeys(labels))
+
+
+def own_roots() -> list[str]:
+    """This host's allowed roots as a supervisor declares them: resolved, as strings."""
+    return [str(root) for root in paths.allowed_roots()]
+
+
+def register_worker(capacity: int, *, name: str | None = None, labels: Iterable[str] | None = None) -> Worker:
+    """Record this process as a supervisor, with what tells it apart from a later process with its pid and what it
+    serves. `name` and `labels` default to BRIDGE_SUPERVISOR_NAME and BRIDGE_SUPERVISOR_LABELS; without a name it is
+    called `host:pid:random`. A name another live supervisor has is refused (Conflict)."""
+    name, labels = check_identity(
+        settings.BRIDGE_SUPERVISOR_NAME if name is None else name,
+        settings.BRIDGE_SUPERVISOR_LABELS if labels is None else labels,
+    )
     proc = psutil.Process()
     host = socket.gethostname()
-    now = timezone.now()
+    if name:
+        free_name(name)
     return Worker.objects.create(
-        name=f"{host}:{proc.pid}:{uuid.uuid4().hex[:6]}",
+        name=name or f"{host}:{proc.pid}:{uuid.uuid4().hex[:6]}",
         host=host,
         pid=proc.pid,
         process_create_time=proc.create_time(),
         capacity=capacity,
-        heartbeat_at=now,
+        heartbeat_at=timezone.now(),
+        roots=own_roots(),
+        labels=labels,
     )
+
+
+def free_name(name: str) -> None:
+    """Make `name` free for a new supervisor: refused while a live one has it; a dead one's row is renamed
+    `name~<id>` (its tasks keep pointing at it, so they are still found and told apart as orphans)."""
+    old = Worker.objects.filter(name=name).first()
+    if old is None:
+        return
+    if worker_is_alive(old):
+        raise Conflict(
+            f"a supervisor named {name!r} is already running (host {old.host}, pid {old.pid}); "
+            "give this one another name, or stop that one first",
+            code="supervisor_name_taken",
+        )
+    Worker.objects.filter(pk=old.pk).update(name=f"{name}~{old.pk}")
 
 
 def heartbeat(worker: Worker) -> None:
@@ -47,3 +113,129 @@ def worker_is_alive(worker: Worker | None) -> bool:
     if worker.host == socket.gethostname():
         return processes.same_process(worker.pid, worker.process_create_time)
     return timezone.now() - worker.heartbeat_at < WORKER_STALE_AFTER
+
+
+# --- which supervisor may run which task -------------------------------------------------------------------------
+def root_prefix(root: str) -> str:
+    """What a path below `root` starts with: the root and one separator (its own kind: `\\` for Windows roots)."""
+    sep = "\\" if "\\" in root and "/" not in root else "/"
+    return root if root.endswith(sep) else root + sep
+
+
+def covers(roots: Iterable[str], cwd: str) -> bool:
+    """Whether `cwd` (a resolved path string) is one of `roots` or lies below one."""
+    return any(cwd == root or cwd.startswith(root_prefix(root)) for root in roots)
+
+
+def answers_to(worker: Worker) -> set[str]:
+    """The targets a supervisor runs: its name, its host and its labels."""
+    return {worker.name, worker.host, *(worker.labels or ())}
+
+
+def serves(worker: Worker, cwd: str, target: str) -> bool:
+    """Whether `worker` may run a task with this cwd and target."""
+    return covers(worker.roots or (), cwd) and (not target or target in answers_to(worker))
+
+
+def servable_by(worker: Worker) -> Q:
+    """`serves` as a query on tasks (a prefilter: SQLite's LIKE ignores case, so the claim checks `serves` too)."""
+    inside = [Q(cwd=root) | Q(cwd__startswith=root_prefix(root)) for root in worker.roots or ()]
+    if not inside:
+        return Q(pk__in=[])
+    return reduce(or_, inside) & (Q(target="") | Q(target__in=sorted(answers_to(worker))))
+
+
+def described(worker: Worker) -> str:
+    """`name@host`, or just the name when it is the default `host:pid:random`."""
+    return worker.name if worker.name.startswith(f"{worker.host}:") else f"{worker.name}@{worker.host}"
+
+
+def _listing(workers: list[Worker], show: Callable[[Worker], str]) -> str:
+    shown = [show(worker) for worker in workers[:LISTED_IN_REASON]]
+    if len(workers) > LISTED_IN_REASON:
+        shown.append(f"and {len(workers) - LISTED_IN_REASON} more")
+    return "; ".join(shown)
+
+
+def _serves_what(worker: Worker) -> str:
+    text = f"{described(worker)} serves {', '.join(worker.roots or ()) or 'no directory'}"
+    return text + (f" (labels: {', '.join(worker.labels)})" if worker.labels else "")
+
+
+def wait_reason(cwd: str, target: str, workers: list[Worker]) -> str:
+    """Why no supervisor of `workers` (the live ones) can run a task with this cwd and target; "" when one can."""
+    if any(serves(worker, cwd, target) for worker in workers):
+        return ""
+    if not workers:
+        return "no live supervisor is running: start one (manage.py supervise, or runbridge)"
+    listing = _listing(workers, _serves_what)
+    by_cwd = [worker for worker in workers if covers(worker.roots or (), cwd)]
+    if not target or not by_cwd:
+        return f"no live supervisor serves {cwd} (supervisors: {listing})"
+    if not any(target in answers_to(worker) for worker in workers):
+        return f"no live supervisor has the name, host or label {target!r} (supervisors: {listing})"
+    return f"no live supervisor both serves {cwd} and has the name, host or label {target!r} (supervisors: {listing})"
+
+
+def served_cwd(raw: str | None, live: Callable[[], list[Worker]]) -> Path:
+    """The cwd a task may be queued with: inside this process's own allowed roots, resolved with symlinks followed
+    (`paths.resolve_cwd`); or else inside the roots a live supervisor declared. A supervisor on this host is checked
+    the same way against its roots; one on another host by the path's normalised text, since only that host can
+    resolve it (and its supervisor does, against its own roots, before it runs the task: `runs.claim_next_task`).
+    What neither allows is refused as before, naming this process's roots."""
+    try:
+        return paths.resolve_cwd(raw)
+    except (Refused, InvalidInput) as refusal:
+        if raw is None or not str(raw).strip():
+            raise
+        found = _served_elsewhere(str(raw), live())
+        if found is None:
+            raise refusal from None
+        return found
+
+
+def _served_elsewhere(raw: str, workers: list[Worker]) -> Path | None:
+    candidate = paths.expanded("cwd", check_path_text("cwd", raw).strip())
+    if not candidate.is_absolute():
+        return None
+    here = socket.gethostname()
+    for worker in workers:
+        roots = [str(root) for root in worker.roots or ()]
+        if worker.host == here:
+            try:
+                resolved = candidate.resolve()
+            except (OSError, RuntimeError):
+                continue
+            if resolved.is_dir() and paths.is_inside(resolved, [Path(root) for root in roots]):
+                return resolved
+        elif covers(roots, os.path.normpath(candidate)):
+            return Path(os.path.normpath(candidate))
+    return None
+
+
+# --- describing supervisors --------------------------------------------------------------------------------------
+def running_by_worker() -> dict[int, int]:
+    """How many tasks each supervisor (by pk) is running."""
+    rows = Task.objects.running().exclude(worker=None).order_by().values("worker").annotate(n=Count("id"))
+    return {row["worker"]: row["n"] for row in rows}
+
+
+def worker_data(worker: Worker, running: dict[int, int], *, private: bool = False) -> dict:
+    """A supervisor as health shows it: on the open /health only counts (roots may be private paths); with
+    `private`, for an authenticated caller, the roots themselves, its pid and times."""
+    data = {
+        "name": worker.name,
+        "host": worker.host,
+        "capacity": worker.capacity,
+        "running": running.get(worker.pk, 0),
+        "labels": list(worker.labels or ()),
+    }
+    if not private:
+        return {**data, "roots": len(worker.roots or ())}
+    return {
+        **data,
+        "roots": list(worker.roots or ()),
+        "pid": worker.pid,
+        "started_at": worker.started_at,
+        "heartbeat_at": worker.heartbeat_at,
+    }

@@ -2,9 +2,11 @@
 
 import logging
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import processes
+from jobs import actions, processes
+from jobs.errors import BridgeError
 from jobs.supervisor import Supervisor
 
 log = logging.getLogger("jobs")
@@ -12,15 +14,36 @@ log = logging.getLogger("jobs")
 
 class Command(BaseCommand):
     help = (
-        "Run queued tasks. SIGTERM, Ctrl-C or Ctrl-Break: stop claiming, let running tasks drain, then cancel them;"
-        " a second one stops at once."
+        "Run queued tasks whose cwd lies in this host's BRIDGE_ALLOWED_ROOTS and whose target is empty, this"
+        " supervisor's name, its host or one of its labels. SIGTERM, Ctrl-C or Ctrl-Break: stop claiming, let running"
+        " tasks drain, then cancel them; a second one stops at once."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("--concurrency", type=int, default=None, help="default: BRIDGE_MAX_CONCURRENT")
+        parser.add_argument(
+            "--name",
+            default=None,
+            help="what planners may target it by, unique among live supervisors (default: BRIDGE_SUPERVISOR_NAME,"
+            " else host:pid:random)",
+        )
+        parser.add_argument(
+            "--label",
+            action="append",
+            dest="labels",
+            default=None,
+            help="a label planners may target it by; repeatable (default: BRIDGE_SUPERVISOR_LABELS, comma-separated)",
+        )
 
-    def handle(self, *args, concurrency=None, **options):
-        supervisor = Supervisor(capacity=concurrency)
+    def handle(self, *args, concurrency=None, name=None, labels=None, **options):
+        try:
+            name, labels = actions.check_identity(
+                settings.BRIDGE_SUPERVISOR_NAME if name is None else name,
+                settings.BRIDGE_SUPERVISOR_LABELS if labels is None else labels,
+            )
+        except BridgeError as exc:
+            raise CommandError(str(exc)) from None
+        supervisor = Supervisor(capacity=concurrency, name=name, labels=labels)
 
         def stop(name: str) -> None:
             log.warning("%s received: draining running tasks (send it again to stop at once)", name)
@@ -29,4 +52,6 @@ class Command(BaseCommand):
         with processes.on_stop_signals(stop):
             supervisor.run()
         if supervisor.startup_error:
-            raise CommandError(f"{supervisor.startup_error}. Did you run 'python manage.py migrate'?")
+            taken = "Conflict: a supervisor named" in supervisor.startup_error  # nothing to do with migrations
+            hint = "" if taken else " Did you run 'python manage.py migrate'?"
+            raise CommandError(f"{supervisor.startup_error}.{hint}")

@@ -1,0 +1,225 @@
+"""Several supervisors, each serving its own roots and labels: every task runs only where it may, a task nobody can
+serve says why, and health lists each supervisor (docs/architecture.md, "Several hosts").
+
+Real `manage.py supervise` processes on the test database (a SQLite file or PostgreSQL); the test process plays the
+web process, with its own allowed roots. Readiness is the supervisor's own log line, never a sleep.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from jobs import actions
+from jobs.errors import Refused
+from jobs.models import Task
+from jobs.vocabulary import Status
+from tests.support import REPO, database_url, make_task, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class SuperviseProcess:
+    """`manage.py supervise --name NAME [--label L]…` on the test database, serving `roots`; started once its log says
+    it is up. Its stderr is read all along (kept in `lines`), so it never blocks on a full pipe."""
+
+    def __init__(self, settings, name: str, roots: list[Path], labels=(), extra_env: dict | None = None):
+        self.name = name
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url(settings.DATABASES["default"]),
+            "BRIDGE_CLAUDE_BIN": settings.BRIDGE_CLAUDE_BIN,
+            "BRIDGE_ALLOWED_ROOTS": os.pathsep.join(str(root) for root in roots),
+            "BRIDGE_KILL_GRACE_S": "1",
+            "BRIDGE_POLL_S": "0.2",
+            "BRIDGE_PROCESS_BACKEND": settings.BRIDGE_PROCESS_BACKEND,
+            "BRIDGE_LOG_LEVEL": "INFO",
+            **(extra_env or {}),
+        }
+        argv = [sys.executable, str(REPO / "manage.py"), "supervise", "--name", name]
+        for label in labels:
+            argv += ["--label", label]
+        self.proc = subprocess.Popen(argv, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.up = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self.up.wait(60) or self.proc.poll() is not None:
+            self.stop()
+            raise AssertionError(f"supervisor {name} did not start:\n" + "".join(self.lines[-30:]))
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if f"supervisor {self.name}: up to" in line:
+                self.up.set()
+        self.up.set()  # it exited: whoever waits finds out at once
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def supervisors():
+    started: list[SuperviseProcess] = []
+
+    def start(*args, **kwargs) -> SuperviseProcess:
+        started.append(SuperviseProcess(*args, **kwargs))
+        return started[-1]
+
+    yield start
+    for each in started:
+        each.stop()
+
+
+@pytest.fixture
+def roots(tmp_path, settings) -> dict[str, Path]:
+    made = {}
+    for name in ("a", "b", "c", "shared", "lonely", "nowhere"):
+        made[name] = (tmp_path / f"root-{name}").resolve()
+        made[name].mkdir()
+    # The web process (this one) allows only `lonely` itself; the others it accepts because a live supervisor
+    # on this host serves them.
+    settings.BRIDGE_ALLOWED_ROOTS = [made["lonely"]]
+    settings.BRIDGE_DEFAULT_CWD = made["lonely"]
+    return made
+
+
+def worker_of(task: Task) -> str:
+    task = wait_for(task, timeout=60)
+    assert task.status == Status.DONE, (task.status, task.error)
+    assert task.wait_reason == ""
+    return task.worker.name
+
+
+def test_each_task_runs_only_on_a_supervisor_that_serves_it(roots, fake_agent, settings, supervisors):
+    start = [
+        ("sup-a", [roots["a"], roots["shared"]], ()),
+        ("sup-b", [roots["b"], roots["shared"]], ()),
+        ("sup-c", [roots["c"], roots["shared"]], ("gpu",)),
+    ]
+    # Queued before any supervisor runs, for a root none will serve: it says so, and the claim loops of the
+    # supervisors that start keep the reason up to date.
+    lonely = make_task("say lonely", cwd=str(roots["lonely"]))
+    assert lonely.wait_reason.startswith("no live supervisor is running")
+    procs = {name: supervisors(settings, name, dirs, labels) for name, dirs, labels in start}
+
+    # By root: each root's tasks run on the one supervisor serving it (two each, queued together).
+    by_root = {name: [make_task("say hi", cwd=str(roots[name])) for _ in range(2)] for name in ("a", "b", "c")}
+    # By target: in the root all three serve, a label and a name pick one.
+    on_gpu = [make_task("say gpu", cwd=str(roots["shared"]), target="gpu") for _ in range(3)]
+    on_b = [make_task("say b", cwd=str(roots["shared"]), target="sup-b") for _ in range(3)]
+    # Nobody has this label: the task says so instead of waiting silently.
+    on_tpu = make_task("say tpu", cwd=str(roots["shared"]), target="tpu")
+
+    for name, tasks in by_root.items():
+        assert [worker_of(task) for task in tasks] == [f"sup-{name}"] * 2
+    assert [worker_of(task) for task in on_gpu] == ["sup-c"] * 3
+    assert [worker_of(task) for task in on_b] == ["sup-b"] * 3
+
+    on_tpu.refresh_from_db()
+    assert on_tpu.status == Status.QUEUED
+    assert "no live supervisor has the name, host or label 'tpu'" in on_tpu.wait_reason
+    lonely = wait_for(lonely, lambda t: "sup-c@" in t.wait_reason)  # each change rings the task
+    assert lonely.status == Status.QUEUED
+    assert lonely.wait_reason.startswith(f"no live supervisor serves {roots['lonely']} (supervisors: ")
+    assert "sup-c@" in lonely.wait_reason and "(labels: gpu)" in lonely.wait_reason
+    detail = api_client().get("/v1/task", {"task_id": str(lonely.public_id)}).json()
+    assert detail["wait_reason"] == lonely.wait_reason and detail["target"] == ""
+
+    # A supervisor serving it appears: the task runs there, and no longer says it waits.
+    supervisors(settings, "sup-d", [roots["lonely"]])
+    assert worker_of(lonely) == "sup-d"
+
+    # Outside what this process or any live supervisor serves: refused before anything is queued, as before.
+    with pytest.raises(Refused):
+        make_task("say no", cwd=str(roots["nowhere"]))
+
+    health = Client().get("/health").json()
+    listed = {w["name"]: w for w in health["workers"]}
+    assert set(listed) == {"sup-a", "sup-b", "sup-c", "sup-d"}
+    assert listed["sup-c"]["labels"] == ["gpu"] and listed["sup-c"]["roots"] == 2  # a count: paths stay private
+    assert all(set(w) == {"name", "host", "capacity", "running", "labels", "roots"} for w in listed.values())
+    full = {w["name"]: w for w in api_client().get("/v1/workers").json()["workers"]}
+    assert full["sup-a"]["roots"] == [str(roots["a"]), str(roots["shared"])]
+
+    # A dead supervisor drops out of health at once (same host: its pid is gone), and its roots are no longer served:
+    # this process refuses them unless its own roots hold them, and then the task says that nobody serves it.
+    procs["sup-a"].kill()
+    assert "sup-a" not in {w["name"] for w in Client().get("/health").json()["workers"]}
+    with pytest.raises(Refused):
+        make_task("say a again", cwd=str(roots["a"]))
+    settings.BRIDGE_ALLOWED_ROOTS = [roots["lonely"], roots["a"]]
+    orphaned_root = make_task("say a again", cwd=str(roots["a"]))
+    assert orphaned_root.wait_reason.startswith(f"no live supervisor serves {roots['a']}")
+    for task in (on_tpu, orphaned_root):
+        actions.request_cancel(task, reason="test over")
+
+
+def test_a_supervisor_name_is_unique_among_live_ones(roots, fake_agent, settings, supervisors):
+    supervisors(settings, "twin", [roots["a"]])
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(settings.DATABASES["default"]),
+        "BRIDGE_ALLOWED_ROOTS": str(roots["a"]),
+    }
+    second = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "supervise", "--name", "twin"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert second.returncode == 1
+    assert "a supervisor named 'twin' is already running" in second.stderr
+    bad = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "supervise", "--label=a b"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 1 and "supervisor label 'a b' is not allowed" in bad.stderr
+
+
+def test_a_target_is_checked_like_other_argv_values(roots, settings):
+    settings.BRIDGE_ALLOWED_ROOTS = [roots["a"]]
+    response = api_client().post(
+        "/v1/task/create",
+        {"prompt": "say hi", "cwd": str(roots["a"]), "target": "-rf"},
+        content_type="application/json",
+    )
+    assert response.status_code == 400 and "target" in response.json()["error"]
+    ok = api_client().post(
+        "/v1/task/create",
+        {"prompt": "say hi", "cwd": str(roots["a"]), "target": "gpu"},
+        content_type="application/json",
+    )
+    task = Task.objects.get(public_id=ok.json()["task_id"])
+    assert task.target == "gpu" and task.wait_reason == "no live supervisor is running: start one " + (
+        "(manage.py supervise, or runbridge)"
+    )
+    listed = api_client().get("/v1/tasks").json()["tasks"][0]
+    assert listed["target"] == "gpu" and listed["wait_reason"] == task.wait_reason
+
+
+def api_client() -> Client:
+    """A REST client with a fresh token."""
+    return Client(HTTP_AUTHORIZATION=f"Bearer {actions.create_token(f'multihost-{uuid.uuid4().hex[:8]}')[1]}")

@@ -1,0 +1,171 @@
+"""Push between processes: a decision or cancel made in the web process reaches the supervisor process running the
+task through the channel layer (Redis) within milliseconds; polling is only the safety net (docs/architecture.md,
+"Principles" 1).
+
+The supervisor is a real `manage.py supervise` with BRIDGE_POLL_S=30, so only a push can deliver in time. The test
+process plays the web process (REDIS_URL set, its decisions announced through Redis). Nothing sleeps: each step waits
+for the event it causes.
+"""
+
+import asyncio
+import os
+import shutil
+import threading
+import time
+import uuid
+
+import pytest
+from channels.layers import channel_layers
+
+from jobs import actions, doorbell
+from jobs.models import PermissionRequest, TaskEvent
+from jobs.vocabulary import Status
+from tests.support import has_event, make_task, skip_or_fail, wait_for
+from tests.test_multihost import SuperviseProcess
+
+pytestmark = pytest.mark.django_db(transaction=True)
+REDIS_URL = os.environ.get("REDIS_URL") or os.environ.get("BRIDGE_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
+PUSH_BOUND_S = 2.0  # with a 30 s poll, only a push gets there this fast
+
+
+@pytest.fixture
+def redis_settings(settings):
+    """This process's channel layer on the running Redis (REDIS_URL, as on CI), or skip (fail on CI)."""
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        skip_or_fail(f"Redis is not reachable at {REDIS_URL} (set REDIS_URL or BRIDGE_TEST_REDIS_URL): {exc}")
+    host = {"address": REDIS_URL, "socket_timeout": settings.REDIS_SOCKET_TIMEOUT_S}  # as bridge/settings.py has it
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [host]}}
+    }
+    return REDIS_URL
+
+
+@pytest.fixture
+def redis_layer(redis_settings):
+    """Redis, and this process listening across processes, so the test's waits hear the supervisor at once too."""
+    stop = doorbell.listen_across_processes()
+    yield redis_settings
+    stop()
+
+
+@pytest.fixture
+def pushed_supervisor(redis_layer, work_root, fake_agent, settings):
+    proc = SuperviseProcess(
+        settings,
+        f"push-{uuid.uuid4().hex[:6]}",
+        [work_root],
+        extra_env={"REDIS_URL": redis_layer, "BRIDGE_POLL_S": "30", "BRIDGE_DRAIN_S": "0"},
+    )
+    yield proc
+    proc.stop()
+
+
+def test_a_decision_reaches_the_agent_in_another_process_at_once(pushed_supervisor, work_root):
+    clock = shutil.which("date")
+    task = make_task(f'say ready\nask Bash {{"command": "{clock} +%s.%N"}}\nsay after')
+    task = wait_for(task, lambda t: PermissionRequest.objects.filter(task=t, status="pending").exists())
+    decided = time.time()
+    actions.decide_permission(task, behavior="allow", by="test")
+    task = wait_for(task, has_event("tool_result"), timeout=PUSH_BOUND_S + 3)
+    heard = time.time()
+    result = TaskEvent.objects.get(task=task, kind="tool_result")
+    ran_at = float(result.data["content"].strip())  # the agent ran the command as soon as it had the answer
+    latency_ms = (ran_at - decided) * 1000
+    print(
+        f"\npush latency: decision -> agent ran the allowed command {latency_ms:.1f} ms; "
+        f"-> its result back in this process {(heard - decided) * 1000:.1f} ms (supervisor BRIDGE_POLL_S=30)"
+    )
+    assert 0 < latency_ms < PUSH_BOUND_S * 1000
+    assert wait_for(task).status == Status.DONE
+
+
+def test_a_cancel_reaches_the_supervisor_in_another_process_at_once(pushed_supervisor, work_root):
+    task = wait_for(make_task("say working\nsleep 60"), has_event("text", text="working"))
+    asked = time.time()
+    actions.request_cancel(task, reason="push test")
+    task = wait_for(task, timeout=PUSH_BOUND_S + 3)
+    ended = time.time()
+    stopping = TaskEvent.objects.get(task=task, kind="stopping").created_at.timestamp()
+    print(
+        f"\npush latency: cancel -> supervisor began the stop {(stopping - asked) * 1000:.1f} ms; "
+        f"-> task ended {(ended - asked) * 1000:.1f} ms (supervisor BRIDGE_POLL_S=30)"
+    )
+    assert task.status == Status.CANCELLED and task.error == "push test"
+    assert ended - asked < PUSH_BOUND_S
+
+
+class FlakyLayer:
+    """A real channel layer whose first `receive` fails, as when Redis restarts under a listener."""
+
+    def __init__(self, layer) -> None:
+        self.layer = layer
+        self.channels: list[str] = []
+        self.failed = False
+
+    async def new_channel(self) -> str:
+        self.channels.append(await self.layer.new_channel())
+        return self.channels[-1]
+
+    async def receive(self, channel: str) -> dict:
+        if not self.failed:
+            self.failed = True
+            raise ConnectionError("Redis went away (simulated)")
+        return await self.layer.receive(channel)
+
+    def __getattr__(self, name):
+        return getattr(self.layer, name)
+
+
+def send_from_elsewhere(*rings: tuple[str, str]) -> None:
+    """Rings (key, origin) as another process announces them, in order, from its own loop and layer instance."""
+
+    async def send() -> None:
+        layer = channel_layers.make_backend("default")
+        for key, origin in rings:
+            message = {"type": doorbell.RING_MESSAGE_TYPE, "key": key, "origin": origin}
+            await layer.group_send(doorbell.group_name(key), message)
+        await layer.close_pools()
+
+    asyncio.run(send())
+
+
+def test_the_listener_rejoins_after_the_layer_fails_and_ignores_its_own_rings(redis_settings, monkeypatch):
+    made: list[FlakyLayer] = []
+    make_backend = channel_layers.make_backend
+
+    def flaky_backend(name):
+        made.append(FlakyLayer(make_backend(name)))
+        return made[-1]
+
+    monkeypatch.setattr(channel_layers, "make_backend", flaky_backend)
+    own, other = f"push-own-{uuid.uuid4().hex}", f"push-other-{uuid.uuid4().hex}"
+    rings = {own: threading.Semaphore(0), other: threading.Semaphore(0)}
+    counts = dict.fromkeys(rings, 0)
+
+    def on_ring(key: str):
+        def ring() -> None:
+            counts[key] += 1
+            rings[key].release()
+
+        return ring
+
+    stop = doorbell.listen_across_processes()
+    unsubscribes = [doorbell.subscribe(key, on_ring(key)) for key in rings]
+    try:
+        # Each key is joined on the second channel (the first failed) and rung here once, to look again.
+        for key in rings:
+            assert rings[key].acquire(timeout=10), "the listener never joined after the layer failed"
+        listening = [layer for layer in made if layer.channels]  # (others were made for announcing)
+        assert len(listening) == 1 and listening[0].failed and len(listening[0].channels) == 2
+        # One channel, read in order: once `other` is heard, the ring before it was read and (as ours) dropped.
+        send_from_elsewhere((own, doorbell.ORIGIN), (other, "another-process"))
+        assert rings[other].acquire(timeout=5), "a ring from another process did not arrive after the rejoin"
+        assert counts == {own: 1, other: 2}, "this process's own ring came back through the layer"
+    finally:
+        for unsubscribe in unsubscribes:
+            unsubscribe()
+        stop()
