@@ -1,6 +1,8 @@
 """Helpers the tests import: skipping what a laptop lacks, making tasks, and waiting on the doorbell."""
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +16,7 @@ from jobs.models import Task
 REPO = Path(__file__).resolve().parent.parent
 FAKES = Path(__file__).parent / "fakes"
 IN_CI = bool(os.environ.get("CI"))
+POSTGRES_URL = os.environ.get("BRIDGE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/bridge")
 
 # The MCP tools Bridge serves: the older bridge's seven, then Claude's and the decision tools.
 TOOLS = {
@@ -77,3 +80,31 @@ def database_url(db: dict) -> str:
     if db["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{db['NAME']}"
     return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def postgres_or_skip(url: str = POSTGRES_URL) -> str:
+    """`url`, once PostgreSQL answers there; skip (fail in CI) when psycopg or the server is missing."""
+    try:
+        import psycopg
+    except ImportError:
+        skip_or_fail("psycopg is not installed (pip install -e '.[postgres]')")
+    server = url.rsplit("/", 1)[0] + "/postgres"
+    try:
+        psycopg.connect(server, connect_timeout=3).close()
+    except psycopg.OperationalError as exc:
+        skip_or_fail(f"PostgreSQL is not reachable at {server} (set BRIDGE_TEST_POSTGRES_URL): {exc}")
+    return url
+
+
+def rerun_on_postgres(url: str, *pytest_args: str, timeout: float) -> subprocess.CompletedProcess:
+    """Run pytest again with DATABASE_URL=url (for tests that only mean something where writers really race)."""
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
+        cwd=REPO,
+        env={**os.environ, "DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert run.returncode == 0, f"on PostgreSQL:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+    return run

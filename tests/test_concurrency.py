@@ -26,9 +26,8 @@ from django.test import AsyncClient, Client
 from jobs import actions
 from jobs.models import Task
 from jobs.vocabulary import Status
-from tests.support import REPO, database_url, skip_or_fail
+from tests.support import REPO, database_url, postgres_or_skip, rerun_on_postgres
 
-POSTGRES_URL = os.environ.get("BRIDGE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/bridge")
 LISTENING_RE = re.compile(r"Bridge is listening on (http://\S+?)/?\s*$")
 RACERS = 8
 ROUNDS = 20
@@ -437,22 +436,5 @@ def test_the_races_on_postgresql():
     """Run this file again on PostgreSQL, where several connections really write at once."""
     if os.environ.get("DATABASE_URL", "").startswith("postgres"):
         pytest.skip("this run is on PostgreSQL already")
-    try:
-        import psycopg
-    except ImportError:
-        skip_or_fail("psycopg is not installed (pip install -e '.[postgres]')")
-    server = POSTGRES_URL.rsplit("/", 1)[0] + "/postgres"
-    try:
-        psycopg.connect(server, connect_timeout=3).close()
-    except psycopg.OperationalError as exc:
-        skip_or_fail(f"PostgreSQL is not reachable at {server} (set BRIDGE_TEST_POSTGRES_URL): {exc}")
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", __file__],
-        cwd=REPO,
-        env={**os.environ, "DATABASE_URL": POSTGRES_URL},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, f"on PostgreSQL:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+    run = rerun_on_postgres(postgres_or_skip(), "-s", __file__, timeout=300)
     print(run.stdout[-1500:])

@@ -30,7 +30,14 @@ from jobs.models import PermissionRequest, Task, TaskEvent
 from jobs.resilience import Backoff, Outage, is_transient, retry
 from jobs.supervisor import Supervisor, TaskRun
 from jobs.vocabulary import Status
-from tests.support import database_url, has_event, make_task, skip_or_fail, wait_for
+from tests.support import (
+    database_url,
+    has_event,
+    make_task,
+    postgres_or_skip,
+    rerun_on_postgres,
+    wait_for,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 LOST = "server closed the connection unexpectedly"
@@ -516,22 +523,5 @@ def test_the_postgresql_fault_tests_also_run_in_the_default_run():
     """The PostgreSQL tests above (named `…_on_postgres`), rerun on PostgreSQL when this run is on SQLite."""
     if on_postgres():
         pytest.skip("already on PostgreSQL")
-    try:
-        import psycopg
-    except ImportError:
-        skip_or_fail("psycopg is not installed (pip install -e '.[postgres]')")
-    server = POSTGRES_URL.rsplit("/", 1)[0] + "/postgres"
-    try:
-        psycopg.connect(server, connect_timeout=3).close()
-    except psycopg.OperationalError as exc:
-        skip_or_fail(f"PostgreSQL is not reachable at {server} (set BRIDGE_TEST_POSTGRES_URL): {exc}")
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "on_postgres"],
-        cwd=REPO,
-        env={**os.environ, "DATABASE_URL": POSTGRES_URL},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, f"on PostgreSQL:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+    run = rerun_on_postgres(postgres_or_skip(POSTGRES_URL), __file__, "-k", "on_postgres", timeout=600)
     assert " 2 passed" in " " + run.stdout.splitlines()[-1], run.stdout[-2000:]
