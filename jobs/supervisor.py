@@ -181,8 +181,8 @@ class Recorder:
     `flush` writes them oldest first; a failure keeps the failed write and all after it for the next try, after the
     outage's backoff. A write whose try failed may have been committed all the same (the connection can drop during
     COMMIT), so before it is written again the database is asked whether it is there: nothing is recorded twice.
-    While the database is away the events held are bounded by BRIDGE_DB_BUFFER_BYTES and HELD_EVENTS_MAX; past
-    either only KEPT_WHILE_AWAY kinds are kept, and one `truncated` event counts the rest.
+    The events held are bounded by BRIDGE_DB_BUFFER_BYTES and HELD_EVENTS_MAX (reached only while the database is
+    away or slow); past either only KEPT_WHILE_AWAY kinds are kept, and one `truncated` event counts the rest.
     """
 
     def __init__(self, task: Task, on_recorded: Callable[[PermissionRequest], None]) -> None:
@@ -206,7 +206,7 @@ class Recorder:
         over = (
             self.held_bytes + size > settings.BRIDGE_DB_BUFFER_BYTES or self.held_events + len(events) > HELD_EVENTS_MAX
         )
-        if self.outage.down and (over or self.note is not None):  # once dropping, until written: no holes
+        if over or self.note is not None:  # a memory bound, whatever the database does; once dropping, no holes
             kept = [event for event in events if event[0] in KEPT_WHILE_AWAY]
             self._count_dropped(len(events) - len(kept), size)
             events = kept
