@@ -20,7 +20,9 @@ from urllib.parse import urlsplit
 import yaml
 from django.conf import settings
 
-from jobs.processes import PLATFORM
+from jobs import executors
+from jobs.hints import manage_command
+from jobs.processes import PLATFORM, process_identity, same_process
 
 SERVER_NAME = "bridge"
 CLAUDE_DESKTOP_CONFIG = "claude_desktop_config.json"
@@ -32,6 +34,16 @@ BRIDGE_STATUS_LINE = re.compile(r"(?:^|[\\/\s\"'])jobs[\\/]+statusline\.py(?:[\s
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 # Besides every BRIDGE_* setting: the same database, channel layer and Hermes home as the server uses.
 SHARED_SETTINGS = ("DATABASE_URL", "REDIS_URL", "HERMES_HOME")
+# What the supervisor that `manage.py mcp` may start needs to run Claude Code as this shell would, when Claude Desktop
+# starts it with its own bare environment: the home (where the CLI keeps its login), this PATH (the CLI is a Node
+# script, `#!/usr/bin/env node`, and agents' tools are looked up on it) and Claude Code's own settings directory.
+EXECUTOR_SETTINGS = ("HOME", "PATH", "CLAUDE_CONFIG_DIR", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX")
+# Claude Code's other settings (ANTHROPIC_BASE_URL, ANTHROPIC_MODEL, …) are recorded too, except credentials
+# (ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN, and custom headers, which may carry an Authorization): see mcp_server_env.
+EXECUTOR_PREFIXES = ("ANTHROPIC_",)
+EXECUTOR_SECRETS = ("ANTHROPIC_CUSTOM_HEADERS",)
+# Where runbridge records the address it listens on, in the data dir, for install_hermes_skill and register_claude.
+SERVER_URL_FILE = "server.json"
 # Executables the MCP process (or the supervisor it starts) runs, with the program looked up on PATH when unset:
 # Claude Desktop starts servers with a minimal PATH, so an absolute path is what makes them findable there.
 AGENT_BINARIES = {"BRIDGE_CLAUDE_BIN": "claude", "BRIDGE_HERMES_BIN": "hermes"}
@@ -57,8 +69,19 @@ def is_secret_name(name: str) -> bool:
     return any(marker in name.upper() for marker in SECRET_MARKERS)
 
 
+def is_executor_setting(name: str) -> bool:
+    """One of Claude Code's own settings, recorded for the supervisor `manage.py mcp` may start; never a credential."""
+    return name.startswith(EXECUTOR_PREFIXES) and not is_secret_name(name) and name not in EXECUTOR_SECRETS
+
+
 def mcp_server_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The settings `manage.py mcp` needs to find this Bridge's data: other programs start it in a bare environment."""
+    """The settings `manage.py mcp` needs to find this Bridge's data and to start a supervisor that runs the agents as
+    this shell would: other programs start it in a bare environment.
+
+    No credential is recorded (a name with TOKEN, SECRET, PASSWORD or KEY in it: ANTHROPIC_API_KEY,
+    ANTHROPIC_AUTH_TOKEN, BRIDGE_TOKEN): Claude Desktop's config and the printed `claude mcp add` line are plain text
+    that is shown, synced and pasted into bug reports. Claude Code keeps its own login (`claude` then /login) where
+    every process of this user finds it; `executor_warnings` says when only a credential in this shell would do."""
     env = {
         "DJANGO_SETTINGS_MODULE": environ.get("DJANGO_SETTINGS_MODULE") or "bridge.settings",
         "BRIDGE_DATA_DIR": str(settings.DATA_DIR),
@@ -67,8 +90,11 @@ def mcp_server_env(environ: Mapping[str, str]) -> dict[str, str]:
     for name in sorted(environ):
         if name.startswith("BRIDGE_") and name not in env and not is_secret_name(name) and environ[name]:
             env[name] = environ[name]
-    for name in SHARED_SETTINGS:
+    for name in SHARED_SETTINGS + EXECUTOR_SETTINGS:
         if environ.get(name):
+            env[name] = environ[name]
+    for name in sorted(environ):
+        if is_executor_setting(name) and environ[name]:
             env[name] = environ[name]
     for name, program in AGENT_BINARIES.items():
         if name not in env:
@@ -96,6 +122,29 @@ def claude_code_command(entry: dict, platform: str = PLATFORM) -> str:
     return subprocess.list2cmdline(argv) if platform == "win32" else shlex.join(argv)
 
 
+def executor_warnings(environ: Mapping[str, str], entry: dict, platform: str = PLATFORM) -> list[str]:
+    """What a supervisor started by `manage.py mcp` with only the recorded settings could not do: run Claude Code when
+    its only account is a credential in this shell (which is not recorded), or when it has none at all."""
+    here, how_here = executors.claude_login(environ, platform)
+    there, how_there = executors.claude_login(entry["env"], platform)
+    login = "log the CLI in once as this user (run `claude`, then /login), so every process of yours finds its login"
+    if there == executors.YES:
+        return []
+    if here == executors.YES:
+        return [
+            f"Claude Code runs from this shell ({how_here}), but a supervisor that `manage.py mcp` starts (for "
+            f"Claude Desktop or Hermes, in their bare environment) would not: "
+            f"{how_there}. Credentials are not written into other programs' configs. Either {login}, or keep "
+            f"Bridge running from a shell that has them (`make run`, or {manage_command('supervise')}): the MCP "
+            "server then uses that supervisor and starts none."
+        ]
+    if here == executors.NO:
+        return [f"Claude Code is {how_here}: Claude tasks will fail until you {login}, or set ANTHROPIC_API_KEY."]
+    return [
+        f"whether Claude Code is logged in is unknown ({how_here}); if its tasks fail with 'Not logged in', {login}"
+    ]
+
+
 def credential_warnings(entry: dict) -> list[str]:
     """A connection URL may embed a password; say so, since it is written into another program's config."""
     return [
@@ -103,6 +152,39 @@ def credential_warnings(entry: dict) -> list[str]:
         for name, value in entry["env"].items()
         if name.endswith("_URL") and urlsplit(value).password
     ]
+
+
+# --- where the running Bridge listens ---------------------------------------------------------------------
+
+
+def record_server_url(url: str, data_dir: Path | None = None) -> None:
+    """Runbridge says where it listens, so commands that write Bridge's address into other programs use that one."""
+    pid = os.getpid()
+    record = {"url": url, "pid": pid, "started": process_identity(pid)}
+    atomic_write(Path(data_dir or settings.DATA_DIR) / SERVER_URL_FILE, json.dumps(record) + "\n")
+
+
+def server_url(data_dir: Path | None = None) -> tuple[str, str]:
+    """(Bridge's address, a note saying where it came from): the address runbridge last listened on with this data
+    dir (running now or not), else the default."""
+    path = Path(data_dir or settings.DATA_DIR) / SERVER_URL_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        url = str(record["url"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return DEFAULT_BRIDGE_URL, f"no address recorded in {path} (Bridge has not run with this data dir): the default"
+    if not url.startswith(("http://", "https://")):
+        return DEFAULT_BRIDGE_URL, f"{path} holds no http(s) address: the default"
+    if same_process(record.get("pid"), record.get("started")):
+        return url, "where the running Bridge listens"
+    return url, f"where Bridge last listened (recorded in {path}); it is not running now"
+
+
+def client_url(host: str, port: int) -> str:
+    """The URL a local client uses for a server bound to host:port (a wildcard address is reached on loopback)."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
 
 
 # --- Claude Code's status line ----------------------------------------------------------------------------
@@ -315,14 +397,17 @@ def atomic_write(path: Path, text: str) -> None:
         os.close(directory)
 
 
-def backup(path: Path) -> Path:
-    """Copy `path` to `<name>.bak-<timestamp>` beside it; never over an earlier backup."""
+def backup(path: Path, directory: Path | None = None, name: str = "") -> Path:
+    """Copy `path` to `<name>.bak-<timestamp>` in `directory` (default: beside it); never over an earlier backup."""
     path = path.resolve()
+    directory = directory or path.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    name = name or path.name
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    target = path.with_name(f"{path.name}.bak-{stamp}")
+    target = directory / f"{name}.bak-{stamp}"
     counter = 1
     while target.exists():
-        target = path.with_name(f"{path.name}.bak-{stamp}-{counter}")
+        target = directory / f"{name}.bak-{stamp}-{counter}"
         counter += 1
     shutil.copy2(path, target)
     return target
@@ -335,6 +420,10 @@ class FileChange:
     path: Path
     current: str | None
     new: str
+    # Where the old file is kept, and under which name; default beside it. A skill's folder is no place for it: Hermes
+    # offers every file in a skill's folder to the model.
+    backup_dir: Path | None = None
+    backup_name: str = ""
 
     def __post_init__(self):
         self.new = with_line_endings_of(self.new, self.current)
@@ -351,7 +440,7 @@ class FileChange:
 
     def apply(self) -> Path | None:
         """Back up an existing file, then replace it atomically; returns the backup's path, if one was made."""
-        saved = backup(self.path) if self.current is not None else None
+        saved = backup(self.path, self.backup_dir, self.backup_name) if self.current is not None else None
         atomic_write(self.path, self.new)
         return saved
 

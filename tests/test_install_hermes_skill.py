@@ -2,6 +2,8 @@
 
 import json
 import re
+import shlex
+import subprocess
 import sys
 from io import StringIO
 from pathlib import Path
@@ -12,6 +14,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.urls import resolve
 
+from jobs import integrations
 from jobs.api import CreateTaskIn, PermissionIn, TaskIdIn
 
 MANAGE_PY = str(Path(settings.BASE_DIR) / "manage.py")
@@ -218,3 +221,69 @@ def test_no_token_in_any_written_file(home, environ, hermes):
     for text in [*written.values(), output]:
         assert TOKEN not in text
         assert "brg_another_token_value" not in text
+
+
+# --- the address and the backup (issue 13.6) ----------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def data_dir(settings, tmp_path) -> Path:
+    """Each test's own data dir: the address runbridge records and the skill's backups are read and written there."""
+    settings.DATA_DIR = tmp_path / "data"
+    settings.DATA_DIR.mkdir()
+    return settings.DATA_DIR
+
+
+def test_without_url_the_running_bridges_address_is_used(home, environ, hermes, data_dir):
+    integrations.record_server_url("http://127.0.0.1:8912")  # this process is alive: "running"
+
+    output = install(home, environ)
+
+    assert "${BRIDGE_URL:-http://127.0.0.1:8912}" in skill_path(hermes).read_text()
+    assert "http://127.0.0.1:8912 (where the running Bridge listens; --url sets another)" in output
+
+
+def test_without_url_a_stopped_bridges_last_address_is_used_and_said(home, environ, hermes, data_dir):
+    stopped = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    record = {"url": "http://127.0.0.1:8913", "pid": int(stopped.stdout), "started": 1.0}
+    (data_dir / integrations.SERVER_URL_FILE).write_text(json.dumps(record))
+
+    output = install(home, environ)
+
+    assert "${BRIDGE_URL:-http://127.0.0.1:8913}" in skill_path(hermes).read_text()
+    assert "where Bridge last listened" in output and "not running now" in output
+
+
+@pytest.mark.parametrize("recorded", [None, "not json", '{"url": "ftp://x"}', '{"port": 1}'])
+def test_without_a_usable_record_the_default_is_used_and_said(home, environ, hermes, data_dir, recorded):
+    if recorded is not None:
+        (data_dir / integrations.SERVER_URL_FILE).write_text(recorded)
+
+    output = install(home, environ)
+
+    assert "${BRIDGE_URL:-http://127.0.0.1:8800}" in skill_path(hermes).read_text()
+    assert "the default" in output
+
+
+def test_the_old_skill_is_backed_up_outside_the_skill_library(home, environ, hermes, data_dir):
+    install(home, environ, "--url", "http://127.0.0.1:8800")
+    first = skill_path(hermes).read_text()
+
+    output = install(home, environ, "--url", "http://127.0.0.1:8914")
+
+    assert [p.name for p in skill_path(hermes).parent.iterdir()] == ["SKILL.md"]
+    assert [p for p in (hermes / "skills").rglob("*") if ".bak" in p.name] == []
+    [saved] = (data_dir / "backups").iterdir()
+    assert saved.name.startswith("bridge-claude-code.SKILL.md.bak-")
+    assert saved.read_text() == first
+    assert str(saved) in output, "the command says where the old skill went"
+
+
+def test_the_token_command_in_the_skill_works_as_printed(home, environ, hermes):
+    install(home, environ)
+
+    meta, body = front_matter(skill_path(hermes).read_text())
+    command = shlex.join([sys.executable, MANAGE_PY, "token", "create", "hermes"])
+    assert meta["required_environment_variables"][0]["help"] == f"Make one on the Bridge host: {command}"
+    assert f"`{command}`" in body
+    assert "python manage.py" not in body

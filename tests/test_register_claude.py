@@ -5,14 +5,18 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from io import StringIO
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
-from jobs import integrations
+from jobs import executors, integrations
 from tests.e2e import claude_bin
 
 MANAGE_PY = str(Path(settings.BASE_DIR) / "manage.py")
@@ -47,6 +51,14 @@ def claude_code_settings(home: Path) -> Path:
 
 def backups_of(path: Path) -> list[Path]:
     return sorted(path.parent.glob(path.name + ".bak-*"))
+
+
+@pytest.fixture(autouse=True)
+def data_dir(settings, tmp_path) -> Path:
+    """Each test's own data dir: the address a running Bridge recorded in the real one must not leak in."""
+    settings.DATA_DIR = tmp_path / "data"
+    settings.DATA_DIR.mkdir()
+    return settings.DATA_DIR
 
 
 @pytest.fixture
@@ -578,3 +590,124 @@ def test_an_lf_config_stays_lf(home, environ):
     register(home, environ, "linux")
 
     assert b"\r" not in config.read_bytes()
+
+
+# --- what the supervisor that Claude Desktop starts needs (issue 13.1) --------------------------------------------
+
+# Claude Code's credentials file after `claude` then /login (a fake token).
+CLAUDE_LOGIN = json.dumps({"claudeAiOauth": {"accessToken": "sk-ant-oat01-fake", "scopes": ["user:inference"]}})
+SECRET_NAMES = [
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_CUSTOM_HEADERS",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "BRIDGE_TOKEN",
+    "AWS_SECRET_ACCESS_KEY",
+]
+SETTING_NAMES = [
+    "HOME",
+    "PATH",
+    "CLAUDE_CONFIG_DIR",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_MODEL",
+    "CLAUDE_CODE_USE_BEDROCK",
+]
+SESSION_NAMES = ["CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_SSE_PORT", "CLAUDECODE", "TERM_PROGRAM", "SSH_AUTH_SOCK"]
+shell_env = st.dictionaries(
+    st.sampled_from(SECRET_NAMES + SETTING_NAMES + SESSION_NAMES),
+    st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12),
+)
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(environ=shell_env)
+def test_the_recorded_env_has_what_runs_claude_and_never_a_credential(environ):
+    env = integrations.mcp_server_env(environ)
+
+    for name in SECRET_NAMES:
+        assert name not in env
+    for name in SETTING_NAMES:
+        assert env.get(name) == (environ.get(name) or None)
+    for name in SESSION_NAMES:
+        assert name not in env, "what one terminal session set is not pinned into Claude Desktop's config"
+
+
+@hypothesis_settings(max_examples=120, deadline=None)
+@given(
+    shell=st.dictionaries(
+        st.sampled_from(
+            [name for name, _ in executors.CLAUDE_ENV_LOGINS] + ["CLAUDE_CONFIG_DIR", "ANTHROPIC_BASE_URL"]
+        ),
+        st.sampled_from(["x", "https://gateway.internal"]),
+    ),
+    logged_in=st.booleans(),
+)
+def test_the_supervisor_claude_desktop_starts_can_log_in_or_register_says_so(shell, logged_in):
+    """Whatever account the shell gives Claude Code, a supervisor started with only the recorded env (as Claude
+    Desktop starts `manage.py mcp`) has it too, unless it is a credential in the environment: then a warning says
+    what to do instead."""
+    with tempfile.TemporaryDirectory() as root:
+        shell = {**shell, "HOME": root, "PATH": "/usr/bin:/bin"}
+        if "CLAUDE_CONFIG_DIR" in shell:
+            shell["CLAUDE_CONFIG_DIR"] = str(Path(root) / "elsewhere")
+        config_dir = Path(shell.get("CLAUDE_CONFIG_DIR") or Path(root) / ".claude")
+        if logged_in:
+            config_dir.mkdir(parents=True)
+            (config_dir / ".credentials.json").write_text(CLAUDE_LOGIN)
+        entry = integrations.mcp_server_entry(shell)
+
+        here, _ = executors.claude_login(shell, "linux")
+        there, _ = executors.claude_login(entry["env"], "linux")
+        warnings = integrations.executor_warnings(shell, entry, "linux")
+
+    assert there == executors.YES or warnings
+    if here == executors.YES and there != executors.YES:
+        assert "/login" in warnings[0] and "make run" in warnings[0]
+    if there == executors.YES:
+        assert warnings == []
+    recorded_account = logged_in or bool({"CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"} & set(shell))
+    assert (there == executors.YES) == recorded_account
+
+
+def test_register_warns_when_only_an_api_key_in_this_shell_logs_claude_in(home, environ):
+    linux_config(home)
+    environ |= {"HOME": str(home), "ANTHROPIC_API_KEY": "sk-ant-only-here"}
+
+    output = register(home, environ, "linux")
+
+    assert "sk-ant-only-here" not in output and "sk-ant-only-here" not in linux_config(home).read_text()
+    assert "a supervisor that `manage.py mcp` starts" in output and "would not" in output
+    assert "/login" in output and "make run" in output
+
+
+def test_a_supervisor_started_with_only_the_recorded_env_finds_claude_and_its_login(home, environ, tmp_path):
+    """The recorded env alone, as the complete environment of a new Bridge process (Claude Desktop adds little):
+    it finds the CLI on the recorded PATH and its login under the recorded HOME."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    claude = bin_dir / "claude"
+    claude.write_text('#!/bin/sh\necho "9.9.9 (Claude Code)"\n')
+    claude.chmod(0o755)
+    (home / ".claude").mkdir()
+    (home / ".claude" / ".credentials.json").write_text(CLAUDE_LOGIN)
+    environ |= {"HOME": str(home), "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"}
+
+    env = integrations.mcp_server_env(environ)
+    check = "from jobs import executors; s = executors.claude_status(); print(s.ready, s.path, s.version, sep='|')"
+    run = subprocess.run(
+        [sys.executable, MANAGE_PY, "shell", "-c", check], env=env, capture_output=True, text=True, timeout=120
+    )
+
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == f"yes|{claude}|9.9.9 (Claude Code)"
+
+
+def test_the_status_line_url_defaults_to_where_bridge_listens(home, environ):
+    claude_code_settings(home)
+    integrations.record_server_url("http://127.0.0.1:8911")
+
+    output = register(home, environ, "linux")
+
+    assert "http://127.0.0.1:8911 (where the running Bridge listens" in output
+    command = json.loads(claude_code_settings(home).read_text())["statusLine"]["command"]
+    assert command.endswith("--url http://127.0.0.1:8911")

@@ -1,6 +1,7 @@
 """`manage.py install_hermes_skill [--url URL] [--mcp] [--print]`: teach Hermes Agent to delegate to Claude Code
 through Bridge's REST API, and optionally register Bridge's MCP server with it."""
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -10,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.template.loader import render_to_string
 
 from jobs import integrations
+from jobs.hints import manage_command
 
 SKILL_NAME = "bridge-claude-code"
 SKILL_CATEGORY = "software-development"
@@ -17,19 +19,30 @@ CATEGORY_DESCRIPTION = (
     "---\ndescription: Skills for writing, reviewing and delegating software work, including to other coding agents.\n"
     "---\n"
 )
-DEFAULT_URL = "http://127.0.0.1:8800"
+DEFAULT_URL = integrations.DEFAULT_BRIDGE_URL
+# An earlier skill is kept here, outside the skill library: Hermes offers every file in a skill's folder to the model.
+BACKUP_DIR = "backups"
 
 
 def hermes_home(home: Path, environ: Mapping[str, str]) -> Path:
     return Path(environ.get("HERMES_HOME") or home / ".hermes").expanduser()
 
 
+def skill_backup_dir() -> Path:
+    """Where an earlier SKILL.md is kept: Bridge's data dir, which Hermes never reads."""
+    return settings.DATA_DIR / BACKUP_DIR
+
+
 def render_skill(url: str) -> str:
+    token_command = manage_command("token", "create", "hermes")
     return render_to_string(
         "hermes/bridge_skill.md",
         {
             "skill_name": SKILL_NAME,
             "url": url,
+            "token_command": token_command,
+            # the front matter's help text, as a YAML double-quoted string (a JSON string is one)
+            "token_help": json.dumps(f"Make one on the Bridge host: {token_command}"),
             "allowed_roots": ", ".join(f"`{Path(root).resolve()}`" for root in settings.BRIDGE_ALLOWED_ROOTS),
             "default_cwd": Path(settings.BRIDGE_DEFAULT_CWD).resolve(),
         },
@@ -45,7 +58,11 @@ class Command(BaseCommand):
     stealth_options = ("home", "environ")
 
     def add_arguments(self, parser):
-        parser.add_argument("--url", default=DEFAULT_URL, help=f"where Hermes reaches Bridge (default {DEFAULT_URL})")
+        parser.add_argument(
+            "--url",
+            default=None,
+            help=f"where Hermes reaches Bridge (default: where runbridge listens, else {DEFAULT_URL})",
+        )
         parser.add_argument(
             "--mcp", action="store_true", help="also add Bridge's MCP server (stdio) to Hermes' mcp_servers"
         )
@@ -53,7 +70,10 @@ class Command(BaseCommand):
             "--print", action="store_true", dest="dry_run", help="show the change for each file; write nothing"
         )
 
-    def handle(self, *args, url: str, mcp: bool, dry_run: bool, **options):
+    def handle(self, *args, url: str | None, mcp: bool, dry_run: bool, **options):
+        if url is None:
+            url, source = integrations.server_url()
+            self.stdout.write(f"Bridge's address for the skill: {url} ({source}; --url sets another)")
         if not url.startswith(("http://", "https://")):
             raise CommandError(f"--url must start with http:// or https://, not {url!r}")
         url = url.rstrip("/")
@@ -63,7 +83,14 @@ class Command(BaseCommand):
         category = hermes / "skills" / SKILL_CATEGORY
 
         skill_path = category / SKILL_NAME / "SKILL.md"
-        changes = [integrations.FileChange(skill_path, integrations.read_text_if_exists(skill_path), render_skill(url))]
+        skill = integrations.FileChange(
+            skill_path,
+            integrations.read_text_if_exists(skill_path),
+            render_skill(url),
+            backup_dir=skill_backup_dir(),
+            backup_name=f"{SKILL_NAME}.SKILL.md",
+        )
+        changes = [skill]
         description_path = category / "DESCRIPTION.md"
         if not description_path.exists():
             changes.append(integrations.FileChange(description_path, None, CATEGORY_DESCRIPTION))
@@ -85,6 +112,8 @@ class Command(BaseCommand):
         if entry:
             for warning in integrations.credential_warnings(entry):
                 self.stderr.write(f"note: {warning}")
+            for warning in integrations.executor_warnings(environ, entry):
+                self.stderr.write(f"warning: {warning}")
         if not dry_run:
             self.stdout.write(
                 "Give Hermes the token without writing it into the skill: export BRIDGE_TOKEN=brg_... before starting "

@@ -2,11 +2,22 @@
 
 import logging
 import sys
+import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from jobs import executors
 from jobs.mcp import serve_stdio
+
+log = logging.getLogger("jobs")
+
+
+def log_executor_problems() -> None:
+    """Say in the client's MCP log (stderr) what would stop an executor, before a task fails on it."""
+    for status in executors.executor_report():
+        for problem in status.problems:
+            log.warning("%s cannot run: %s. Fix: %s", status.agent, problem.what, problem.fix)
 
 
 class Command(BaseCommand):
@@ -17,4 +28,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING)  # stdout carries the protocol, nothing else
+        log.propagate = False  # Bridge's own logger already writes to stderr (settings.LOGGING): each line once
+        # `claude --version` takes a moment: the protocol starts at once, the report follows in the log
+        threading.Thread(target=log_executor_problems, name="executor-report", daemon=True).start()
         serve_stdio()

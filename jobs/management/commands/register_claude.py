@@ -26,8 +26,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--url",
-            default=integrations.DEFAULT_BRIDGE_URL,
-            help=f"where the status line asks Bridge (GET <url>/health; default {integrations.DEFAULT_BRIDGE_URL})",
+            default=None,
+            help="where the status line asks Bridge (GET <url>/health; default: where runbridge listens, else "
+            f"{integrations.DEFAULT_BRIDGE_URL})",
         )
         parser.add_argument(
             "--replace-status-line",
@@ -36,7 +37,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--no-status-line", action="store_true", help="leave Claude Code's settings.json alone")
 
-    def handle(self, *args, dry_run: bool, url: str, replace_status_line: bool, no_status_line: bool, **options):
+    def handle(self, *args, dry_run: bool, url: str | None, replace_status_line: bool, no_status_line: bool, **options):
+        if url is None and not no_status_line:
+            url, source = integrations.server_url()
+            self.stdout.write(f"Bridge's address for the status line: {url} ({source}; --url sets another)")
+        url = url or integrations.DEFAULT_BRIDGE_URL
         if not url.startswith("http://"):
             raise CommandError(f"--url must start with http:// (the status line speaks plain HTTP), not {url!r}")
         home = Path(options.get("home", Path.home()))
@@ -66,6 +71,8 @@ class Command(BaseCommand):
             self.report_status_line(settings_path, status_line, status_change, kept, dry_run)
         for warning in integrations.credential_warnings(entry):
             self.stderr.write(f"note: {warning}")
+        for warning in integrations.executor_warnings(environ, entry, platform):
+            self.stderr.write(f"warning: {warning}")
         if any(change.changed for change in changes) and not dry_run:
             self.stdout.write("Quit Claude Desktop completely and start it again to load Bridge's tools.")
         self.stdout.write("\nTo add Bridge to Claude Code as well (every project), run:")

@@ -1,0 +1,308 @@
+"""Whether each executor can run here, said before a task fails: found or not, its version, whether it looks able to
+run (logged in, a model provider chosen), and what to do about each problem, in words.
+
+Cheap enough for every health call: it reads the environment and a few small files, and runs `claude --version` at
+most once per executable (its path and modification time); Hermes' version comes from its package metadata, since
+`hermes --version` checks for updates online. It never starts an agent.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from django.conf import settings
+
+from jobs import hermes_skills
+
+YES, NO, UNKNOWN = "yes", "no", "unknown"
+VERSION_TIMEOUT_S = 15
+# How Claude Code can be given an account besides its own login, in the order they are told: (name, in words).
+CLAUDE_ENV_LOGINS = (
+    ("ANTHROPIC_API_KEY", "an API key in the environment (ANTHROPIC_API_KEY)"),
+    ("ANTHROPIC_AUTH_TOKEN", "a bearer token in the environment (ANTHROPIC_AUTH_TOKEN)"),
+    ("CLAUDE_CODE_OAUTH_TOKEN", "a login token in the environment (CLAUDE_CODE_OAUTH_TOKEN)"),
+    ("CLAUDE_CODE_USE_BEDROCK", "Amazon Bedrock (CLAUDE_CODE_USE_BEDROCK; its AWS credentials are not checked)"),
+    ("CLAUDE_CODE_USE_VERTEX", "Google Vertex AI (CLAUDE_CODE_USE_VERTEX; its credentials are not checked)"),
+)
+# ANTHROPIC_BASE_URL alone is no account: the CLI then says "Not logged in · Please run /login" (tried with 2.1).
+CLAUDE_LOGIN_FIX = (
+    "run `{claude}` once in a terminal as the user Bridge runs as and type /login (or run `{claude} setup-token` and "
+    "set CLAUDE_CODE_OAUTH_TOKEN), or set ANTHROPIC_API_KEY in the environment Bridge starts in; then restart Bridge"
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    what: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class ExecutorStatus:
+    """One executor as a health check shows it. `ready` is "yes", "no" (see `problems`) or "unknown" (Bridge cannot
+    tell, e.g. a login kept in the macOS keychain); `notes` are advice that does not stop it running."""
+
+    agent: str
+    setting: str  # the setting naming its executable
+    executable: str  # the setting's value
+    path: str | None  # where it was found; None when it was not
+    version: str | None
+    ready: str
+    detail: str  # how it looks able to run, in words
+    problems: tuple[Problem, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def found(self) -> bool:
+        return self.path is not None
+
+    def as_dict(self, private: bool = True) -> dict:
+        """The JSON shape; without `private` (the open /health) problems are counted, not told: their words name paths
+        and accounts."""
+        body = {"agent": self.agent, "found": self.found, "version": self.version, "ready": self.ready}
+        if not private:
+            return body | {"problems": len(self.problems)}
+        return body | {
+            "setting": self.setting,
+            "path": self.path,
+            "detail": self.detail,
+            "problems": [{"what": p.what, "fix": p.fix} for p in self.problems],
+            "notes": list(self.notes),
+        }
+
+    def lines(self) -> list[str]:
+        """What a person reads at start-up: one summary line, then each problem with its fix, then each note."""
+        where = f"{self.version or 'version unknown'} at {self.path}" if self.found else "not found"
+        state = {YES: "ready", NO: "NOT READY", UNKNOWN: "may not be ready"}[self.ready]
+        told = self.detail and not self.problems  # a problem says it again, with its fix
+        lines = [f"  {self.agent}: {state}: {where}" + (f"; {self.detail}" if told else "")]
+        lines += [f"    problem: {p.what}\n    fix: {p.fix}" for p in self.problems]
+        lines += [f"    note: {note}" for note in self.notes]
+        return lines
+
+
+@dataclass
+class _Cache:
+    """Results keyed by (path, modification time, size): a changed file is read (or asked) again."""
+
+    values: dict[tuple, object] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, path: Path, compute):
+        try:
+            stat = path.stat()
+        except OSError:
+            return compute(path)
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        with self.lock:  # one probe per key, even when health calls arrive together
+            if key not in self.values:
+                self.values[key] = compute(path)
+            return self.values[key]
+
+
+_versions = _Cache()
+_files = _Cache()
+
+
+def _probe_version(path: Path) -> tuple[str | None, str]:
+    """(the first line `PATH --version` prints, "") or (None, why it failed)."""
+    env = {**os.environ, "DISABLE_AUTOUPDATER": "1"}
+    try:
+        run = subprocess.run(
+            [str(path), "--version"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            stdin=subprocess.DEVNULL,
+            timeout=VERSION_TIMEOUT_S,
+            env=env,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+    first = (run.stdout.strip().splitlines() or [""])[0].strip()
+    if run.returncode != 0 or not first:
+        said = " ".join((run.stderr or run.stdout).split())[-300:]
+        return None, f"exit status {run.returncode}" + (f": {said}" if said else "")
+    return first, ""
+
+
+def _load_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _load_yaml(path: Path) -> dict | None:
+    """The mapping in a YAML file; None when it cannot be read or is not a mapping."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _find(executable: str, environ: Mapping[str, str]) -> Path | None:
+    found = shutil.which(executable, path=environ.get("PATH", os.defpath)) if executable else None
+    return Path(found) if found else None
+
+
+def _home(environ: Mapping[str, str]) -> Path:
+    return Path(environ.get("HOME") or environ.get("USERPROFILE") or Path.home())
+
+
+# --- Claude Code ----------------------------------------------------------------------------------------------
+
+
+def has_claude_login(credentials: dict) -> bool:
+    """Whether Claude Code's credentials file holds a login it uses: an OAuth token allowed to call the model (the
+    CLI says "Not logged in" for one without the `user:inference` scope)."""
+    oauth = credentials.get("claudeAiOauth")
+    if not isinstance(oauth, dict) or not oauth.get("accessToken"):
+        return False
+    scopes = oauth.get("scopes")
+    return isinstance(scopes, list) and "user:inference" in scopes
+
+
+def claude_login(environ: Mapping[str, str], platform: str = sys.platform) -> tuple[str, str]:
+    """(ready, how in words): whether the Claude Code CLI has an account to use, judged from the environment and its
+    files. On macOS its login may live in the keychain, which is not read: "unknown" there rather than a wrong "no"."""
+    for name, words in CLAUDE_ENV_LOGINS:
+        if environ.get(name, "").strip():
+            return YES, f"uses {words}"
+    config_dir = Path(environ.get("CLAUDE_CONFIG_DIR") or _home(environ) / ".claude").expanduser()
+    credentials = config_dir / ".credentials.json"
+    if has_claude_login(_files.get(credentials, _load_json)):
+        return YES, f"logged in (credentials in {credentials})"
+    state = config_dir / ".claude.json" if environ.get("CLAUDE_CONFIG_DIR") else _home(environ) / ".claude.json"
+    if _files.get(state, _load_json).get("primaryApiKey"):
+        return YES, f"uses the API key saved in {state}"
+    if _files.get(config_dir / "settings.json", _load_json).get("apiKeyHelper"):
+        return YES, f"gets its key from the apiKeyHelper in {config_dir / 'settings.json'}"
+    looked = f"no credentials in {config_dir}, no ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN or CLAUDE_CODE_OAUTH_TOKEN"
+    if platform == "darwin":
+        return UNKNOWN, f"{looked}; on macOS its login may be in the keychain, which Bridge does not read"
+    return NO, f"not logged in ({looked})"
+
+
+def claude_status(environ: Mapping[str, str] | None = None, platform: str = sys.platform) -> ExecutorStatus:
+    """The Claude Code CLI at BRIDGE_CLAUDE_BIN, as a supervisor with `environ` (default: this process's) would run
+    it."""
+    environ = os.environ if environ is None else environ
+    executable = settings.BRIDGE_CLAUDE_BIN
+    base = {"agent": "claude", "setting": "BRIDGE_CLAUDE_BIN", "executable": executable}
+    path = _find(executable, environ)
+    if path is None:
+        fix = (
+            "install it (https://docs.claude.com/en/docs/claude-code/setup) and set BRIDGE_CLAUDE_BIN to its absolute "
+            "path if it is not on the PATH Bridge starts with; then restart Bridge"
+        )
+        what = f"the Claude Code CLI was not found: BRIDGE_CLAUDE_BIN={executable!r} is not on PATH or not executable"
+        return ExecutorStatus(**base, path=None, version=None, ready=NO, detail="", problems=(Problem(what, fix),))
+    version, failure = _versions.get(path, _probe_version)
+    problems = []
+    if version is None:
+        fix = (
+            "run it in a terminal to see why; the CLI needs Node.js on the PATH Bridge starts with "
+            "(set BRIDGE_CLAUDE_BIN to a working executable)"
+        )
+        problems.append(Problem(f"`{path} --version` failed ({failure})", fix))
+    ready, detail = claude_login(environ, platform)
+    if ready == NO:
+        problems.append(Problem(f"Claude Code is {detail}", CLAUDE_LOGIN_FIX.format(claude=path)))
+    ready = NO if problems else ready
+    return ExecutorStatus(**base, path=str(path), version=version, ready=ready, detail=detail, problems=tuple(problems))
+
+
+# --- Hermes Agent ---------------------------------------------------------------------------------------------
+
+
+def hermes_provider(config: dict) -> str:
+    """The model provider Hermes' config names ("" when none): `model: NAME`, or `model: {provider, default}`."""
+    model = config.get("model")
+    if isinstance(model, dict):
+        return str(model.get("provider") or model.get("default") or "").strip()
+    return str(model or "").strip()
+
+
+def hermes_setup_problems(home: Path) -> tuple[list[Problem], str]:
+    """What stops Hermes from answering (its config under `home`), and which provider it would use."""
+    config_path = home / "config.yaml"
+    setup = f"run `hermes setup` (or `hermes model`) once as the user Bridge runs as, with HERMES_HOME={home}"
+    if not config_path.is_file():
+        return [Problem(f"Hermes has no config at {config_path}: no model provider is chosen", setup)], ""
+    config = _files.get(config_path, _load_yaml)
+    if config is None:
+        return [Problem(f"{config_path} is not a YAML mapping Hermes can read", f"fix the file, or {setup}")], ""
+    provider = hermes_provider(config)
+    if not provider:
+        return [Problem(f"{config_path} names no model provider", setup)], ""
+    return [], provider
+
+
+def hermes_status(environ: Mapping[str, str] | None = None) -> ExecutorStatus:
+    """The Hermes Agent CLI at BRIDGE_HERMES_BIN, with its config under HERMES_HOME (settings.BRIDGE_HERMES_HOME)."""
+    environ = os.environ if environ is None else environ
+    executable = settings.BRIDGE_HERMES_BIN
+    base = {"agent": "hermes", "setting": "BRIDGE_HERMES_BIN", "executable": executable}
+    path = _find(executable, environ)
+    if path is None:
+        what = f"the Hermes Agent CLI was not found: BRIDGE_HERMES_BIN={executable!r} is not on PATH"
+        fix = (
+            "only tasks with agent 'hermes' need it: install Hermes Agent with its ACP extra "
+            "(pip install 'hermes-agent[acp]') and set BRIDGE_HERMES_BIN to its `hermes` executable; "
+            "then restart Bridge"
+        )
+        return ExecutorStatus(**base, path=None, version=None, ready=NO, detail="", problems=(Problem(what, fix),))
+    version = _versions.get(path, hermes_skills.hermes_version)
+    home = Path(environ.get("HERMES_HOME") or settings.BRIDGE_HERMES_HOME).expanduser()
+    problems, provider = hermes_setup_problems(home)
+    acp = hermes_skills.acp_installed(str(path))
+    mode = settings.BRIDGE_HERMES_MODE
+    notes = []
+    acp_fix = f"install the ACP extra into the Python environment that runs {path}: pip install 'hermes-agent[acp]'"
+    if mode == "acp" and not acp:
+        problems.append(Problem("BRIDGE_HERMES_MODE=acp, and Hermes' ACP extra is not installed", acp_fix))
+    elif mode == "auto" and not acp:
+        notes.append(f"without the ACP extra tasks run one-shot, where tool permissions cannot be relayed: {acp_fix}")
+    runs = "acp" if mode == "acp" or (mode == "auto" and acp) else "one-shot"
+    detail = f"model provider {provider!r}, runs {runs}" if provider else f"runs {runs}"
+    ready = NO if problems else YES
+    return ExecutorStatus(
+        **base,
+        path=str(path),
+        version=version,
+        ready=ready,
+        detail=detail,
+        problems=tuple(problems),
+        notes=tuple(notes),
+    )
+
+
+# --- the report -----------------------------------------------------------------------------------------------
+
+
+def executor_report(environ: Mapping[str, str] | None = None) -> list[ExecutorStatus]:
+    """Every executor, as the supervisor in this process (or one started with `environ`) would run it."""
+    return [claude_status(environ), hermes_status(environ)]
+
+
+def executor_status(agent: str, environ: Mapping[str, str] | None = None) -> ExecutorStatus:
+    """One agent's executor ("claude" or "hermes"), e.g. before starting a supervisor that would run it."""
+    return {"claude": claude_status, "hermes": hermes_status}[agent](environ)
+
+
+def startup_lines(report: list[ExecutorStatus]) -> list[str]:
+    """The start-up report of runbridge and supervise: each executor, its problems and their fixes."""
+    lines = ["Executors:"]
+    for status in report:
+        lines += status.lines()
+    return lines
