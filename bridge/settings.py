@@ -223,6 +223,9 @@ BRIDGE_SUPERVISOR_LABELS = env_list("BRIDGE_SUPERVISOR_LABELS", [])
 # it lower: net.core.somaxconn on Linux).
 BRIDGE_LISTEN_BACKLOG = env_int("BRIDGE_LISTEN_BACKLOG", 1024, minimum=1)
 BRIDGE_SSE_HEARTBEAT_S = env_int("BRIDGE_SSE_HEARTBEAT_S", 15, minimum=1)
+# A stream client (SSE or websocket) that reads nothing for this long is disconnected: what it has not read is
+# bounded by the connection's buffer (jobs/backpressure.py), and a stuck client must not hold a stream forever.
+BRIDGE_STREAM_STALL_S = env_int("BRIDGE_STREAM_STALL_S", 60, minimum=1)
 BRIDGE_PASS_ENV = env_list("BRIDGE_PASS_ENV", [])
 BRIDGE_READ_ROOTS = [Path(p).expanduser() for p in env_list("BRIDGE_READ_ROOTS", [], sep=os.pathsep)]
 BRIDGE_READ_ANYWHERE = env_bool("BRIDGE_READ_ANYWHERE", False)

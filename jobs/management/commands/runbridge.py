@@ -9,22 +9,25 @@ import sys
 import threading
 
 from daphne.endpoints import build_endpoint_description_strings
-from daphne.server import Server
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db.migrations.executor import MigrationExecutor
 from twisted.internet import reactor
 
 from bridge.asgi import application
-from jobs import processes
+from jobs import executors, integrations, processes
 from jobs.auth import login_link_path
+from jobs.backpressure import FlowControlledServer
+from jobs.hints import manage_command
 from jobs.supervisor import Supervisor
 
 log = logging.getLogger("jobs")
 
 
-class ListeningServer(Server):
+class ListeningServer(FlowControlledServer):
     """Daphne's server, keeping why it could not listen (Daphne itself only logs it and exits 0)."""
 
     listen_failure = ""
@@ -45,10 +48,26 @@ def check_port_free(host: str, port: int) -> None:
         raise CommandError(port_taken(host, port, exc.strerror or str(exc))) from None
 
 
+def check_database() -> None:
+    """Fail with what to do, not a traceback, when the database is unreachable or not migrated (a fresh data dir)."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    try:
+        executor = MigrationExecutor(connection)
+        unapplied = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    except DatabaseError as exc:
+        raise CommandError(f"cannot use the database ({exc}): is it running, and is DATABASE_URL right?") from None
+    if unapplied:
+        raise CommandError(
+            f"the database has {len(unapplied)} migration(s) to apply: run {manage_command('migrate')} "
+            "(`make run` does it for you), then start Bridge again"
+        )
+
+
 def port_taken(host: str, port: int, reason: str) -> str:
     return (
         f"cannot listen on {host}:{port}: {reason}. Is Bridge (or another server) already running there? "
-        f"Stop it, or use another port: `make run PORT={port + 1}` (or `runbridge --port {port + 1}`)"
+        f"Stop it, or use another port: `make run PORT={port + 1}` "
+        f"(or {manage_command('runbridge', '--port', str(port + 1))})"
     )
 
 
@@ -62,16 +81,18 @@ class Command(BaseCommand):
 
     def handle(self, *args, host, port, no_supervisor, **options):
         check_port_free(host, port)
+        check_database()
         self.login_path = self._login_link()
         supervisor = None
         if not no_supervisor:
+            self.stderr.write("\n".join(executors.startup_lines(executors.executor_report())))
             supervisor = Supervisor()
             thread = threading.Thread(target=supervisor.run, name="supervisor", daemon=True)
             thread.start()
             if not supervisor.ready.wait(timeout=60):
                 raise CommandError("the supervisor did not start within 60 s (is the database reachable?)")
             if supervisor.startup_error:
-                raise CommandError(f"{supervisor.startup_error}. Did you run 'python manage.py migrate'?")
+                raise CommandError(f"{supervisor.startup_error}. Did you run {manage_command('migrate')}?")
         endpoints = build_endpoint_description_strings(host=host, port=port)
         server = ListeningServer(
             application=ASGIStaticFilesHandler(application),
@@ -98,14 +119,20 @@ class Command(BaseCommand):
             self.stderr.write("First run: made the superuser 'admin' (no password; use the login link below).")
         return login_link_path(user)
 
-    def _announce(self, server: Server) -> None:
+    def _announce(self, server: ListeningServer) -> None:
         if not server.listening_addresses:
             reactor.callLater(0.05, self._announce, server)
             return
         host, port = server.listening_addresses[0]
-        shown = f"[{host}]" if ":" in host else host
-        self.stdout.write(f"Open this one-time login link (valid 1 hour): http://{shown}:{port}{self.login_path}")
-        self.stdout.write(f"Bridge is listening on http://{shown}:{port}/")
+        url = integrations.client_url(host, port)
+        try:
+            integrations.record_server_url(url)  # install_hermes_skill and register_claude default to it
+        except OSError as exc:
+            log.warning(
+                "could not record this address in %s (%s): pass --url to install_hermes_skill", settings.DATA_DIR, exc
+            )
+        self.stdout.write(f"Open this one-time login link (valid 1 hour): {url}{self.login_path}")
+        self.stdout.write(f"Bridge is listening on {url}/")
         self.stdout.write(
             f"  data: {settings.DATA_DIR}   allowed roots: {', '.join(map(str, settings.BRIDGE_ALLOWED_ROOTS))}"
         )

@@ -1,0 +1,143 @@
+"""Slow readers (issue 11.4): a client that stops reading an SSE stream or a websocket costs the server a bounded
+buffer, not the rest of the transcript, and is disconnected once it has read nothing for BRIDGE_STREAM_STALL_S.
+
+Driven against a real `manage.py runbridge` with raw sockets that never read, so nothing between the server and
+the test (no client library) drains the bytes."""
+
+import base64
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.e2e import BridgeServer
+from tests.support import FAKES
+
+LINES, LINE_BYTES = 12_000, 1_000  # a 12 MB transcript
+READERS = 4
+# What one stuck reader may cost: Twisted's 64 KiB write buffer plus the one batch (500 events) read for it.
+# Without back-pressure each cost the whole transcript: 42 MB (SSE) and 14 MB (websocket) here.
+PER_READER_BYTES = 6_000_000
+STALL_S = 2
+CLOSED_RE = re.compile(r"closed a stream to .*: its client read nothing")
+
+
+@pytest.fixture
+def flooded(tmp_path):
+    """A fresh server (its memory not yet grown by another test) holding one finished task with a large transcript."""
+    root = tmp_path
+    agent = root / "fake-claude"
+    agent.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_claude.py"}" "$@"\n')
+    agent.chmod(0o755)
+    env = {"BRIDGE_STREAM_STALL_S": str(STALL_S)}
+    with BridgeServer(root, "http://127.0.0.1:9", claude=str(agent), extra_env=env) as server:
+        task_id = server.create_task(f"flood {LINES} {LINE_BYTES}", server.work)
+        wait_until(lambda: server.task(task_id)["status"] == "done", timeout=120, what="the flood to end")
+        yield server, task_id
+
+
+def connect_without_reading(server: BridgeServer, request: str) -> socket.socket:
+    """A socket with a small receive buffer that sends `request` and then reads nothing."""
+    host, port = re.match(r"http://([^:/]+):(\d+)", server.url).groups()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)
+    sock.connect((host, int(port)))
+    sock.sendall(request.encode())
+    return sock
+
+
+def sse_request(server: BridgeServer, task_id: str) -> str:
+    return (
+        f"GET /v1/task/output/stream?task_id={task_id} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {server.token}\r\n\r\n"
+    )
+
+
+def websocket_request(server: BridgeServer, task_id: str) -> str:
+    key = base64.b64encode(os.urandom(16)).decode()
+    return (
+        f"GET /ws/tasks/{task_id}/ HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nOrigin: http://127.0.0.1\r\n"
+        f"Authorization: Bearer {server.token}\r\n\r\n"
+    )
+
+
+def wait_until(check: Callable[[], object], timeout: float, what: str) -> None:
+    """Look again every 50 ms until `check()` is truthy (what the server shows from outside has no doorbell)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class PeakMemory(threading.Thread):
+    """Samples a process's resident memory until stopped; `.peak` is the largest sample."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.process = psutil.Process(pid)
+        self.peak = self.process.memory_info().rss
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.02):
+            self.peak = max(self.peak, self.process.memory_info().rss)
+
+    def stop(self) -> int:
+        self.done.set()
+        self.join()
+        return self.peak
+
+
+def closed_streams(server: BridgeServer) -> int:
+    return len(CLOSED_RE.findall(Path(server.log_path).read_text(errors="replace")))
+
+
+def read_all(sock: socket.socket) -> int:
+    """What the client still gets after the server gave up on it: the buffered bytes, then the end."""
+    sock.settimeout(10)
+    total = 0
+    try:
+        while chunk := sock.recv(1 << 16):
+            total += len(chunk)
+    except ConnectionResetError:
+        pass
+    return total
+
+
+@pytest.mark.parametrize("make_request", [sse_request, websocket_request], ids=["sse", "websocket"])
+def test_a_reader_that_stops_reading_costs_a_bounded_buffer_and_is_disconnected(flooded, make_request):
+    server, task_id = flooded
+    transcript = LINES * LINE_BYTES
+    before = closed_streams(server)
+    memory = PeakMemory(server.proc.pid)
+    memory.start()
+    baseline = memory.peak
+    readers = [connect_without_reading(server, make_request(server, task_id)) for _ in range(READERS)]
+    try:
+        everyone = "every stuck reader to be closed"
+        wait_until(lambda: closed_streams(server) - before >= READERS, timeout=60, what=everyone)
+        growth = memory.stop() - baseline
+        received = [read_all(sock) for sock in readers]
+    finally:
+        memory.done.set()
+        for sock in readers:
+            sock.close()
+    assert growth < READERS * PER_READER_BYTES, f"the server grew by {growth / 1e6:.1f} MB for {READERS} stuck readers"
+    assert all(count < transcript / 2 for count in received), f"stuck readers were sent {received} bytes"
+    assert "Traceback" not in Path(server.log_path).read_text(errors="replace"), server.output()
+
+
+def test_a_reader_that_keeps_reading_gets_every_event_in_order(flooded):
+    server, task_id = flooded
+    seqs = [event["id"] for event in server.stream(task_id) if event["id"] is not None]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert len(seqs) >= LINES
