@@ -1,5 +1,7 @@
 """`manage.py runbridge` as an operator meets it: a port already taken, and a burst of connections at once."""
 
+import json
+import shlex
 import socket
 import sqlite3
 import subprocess
@@ -64,3 +66,41 @@ def test_two_hundred_connections_at_once_are_all_answered(server):
         thread.join(60)
     assert not errors, f"{len(errors)} of 200 connections failed: {errors[:3]}"
     assert len(answers) == 200 and all(answer.startswith(b"HTTP/1.") and b" 200 " in answer[:20] for answer in answers)
+
+
+def test_a_fresh_data_dir_says_which_migrate_to_run_not_a_traceback(tmp_path):
+    bridge = BridgeServer(tmp_path, "http://127.0.0.1:9")
+    run = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "runbridge", "--port", "0"],
+        cwd=REPO,
+        env=bridge.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert run.returncode != 0
+    assert "Traceback" not in run.stderr, run.stderr
+    assert shlex.join([sys.executable, str(REPO / "manage.py"), "migrate"]) in run.stderr, run.stderr
+
+
+def test_start_up_tells_each_executor_and_records_where_it_listens(server):
+    """The executors are told before the first task fails, and install_hermes_skill, run separately, writes the
+    address this server really listens on."""
+    log = server.log_path.read_text()
+    assert "Executors:" in log
+    assert "claude: NOT READY: not found" in log and "fix: install it" in log, log
+
+    recorded = json.loads((server.data_dir / "server.json").read_text())
+    assert recorded["url"] == server.url.rstrip("/")
+    env = {**server.env, "HERMES_HOME": str(server.root / "hermes-home")}
+    skill = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "install_hermes_skill", "--print"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert f"{recorded['url']} (where the running Bridge listens" in skill.stdout, skill.stdout + skill.stderr
+    assert f'+B="${{BRIDGE_URL:-{recorded["url"]}}}"' in skill.stdout
