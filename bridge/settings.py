@@ -255,6 +255,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and BRIDGE_
             "(or pip install -e '.[postgres]'), or set BRIDGE_DB_POOL_SIZE=0 to open one connection per thread"
         ) from None
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps connections; Django must hand them back after each use
+    # A pooled connection the server has since closed (a restart, pg_terminate_backend) is checked and replaced when
+    # handed out, instead of failing the request that got it (Django passes this on as the pool's `check`).
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": min(2, BRIDGE_DB_POOL_SIZE),
         "max_size": BRIDGE_DB_POOL_SIZE,

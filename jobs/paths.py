@@ -1,28 +1,74 @@
 """Confinement: a task's working directory must resolve (symlinks included) inside an allowed root."""
 
 import os
-from pathlib import Path, PurePath
+import re
+from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 
 from django.conf import settings
 
 from jobs.errors import InvalidInput, NotFound, Refused
 from jobs.inputs import check_path_text
+from jobs.processes import PLATFORM
+
+_WINDOWS_FORM = re.compile(r"^(?:[A-Za-z]:|\\\\)")  # a drive letter, or a UNC path's two backslashes
 
 
 def allowed_roots() -> list[Path]:
     return [root.resolve() for root in settings.BRIDGE_ALLOWED_ROOTS]
 
 
-def is_inside(path: PurePath, roots: list[PurePath]) -> bool:
+def is_inside(path: PurePath, roots: list[PurePath], platform: str = PLATFORM) -> bool:
     """Whether `path` is a root or lies below one, by the file system's own rules.
 
-    Paths compare by their platform's rules first (on Windows, drive letters and names case-insensitively). Then,
-    for folders that exist, by identity: on a case-insensitive file system (macOS by default) `/Users/Me/Work` and
-    `/Users/me/work` are one folder, and the device and inode numbers say so where the names do not."""
-    if any(path == root or root in path.parents for root in roots):
+    Paths compare by their text first, as `within` does (without case where the file system ignores case); where
+    they match only without case and both folders exist here, they must be one folder (a case-sensitive volume on
+    macOS keeps `/Work` and `/work` apart). Then, for folders that exist, by identity: a folder reached under another
+    name (a bind mount, a case-insensitive file system where this platform compares case) is inside when the device
+    and inode numbers say so."""
+    if any(within(path, root, platform) and _one_folder_here(path, root, platform) for root in roots):
         return True
     root_ids = {_identity(root) for root in roots} - {None}
     return bool(root_ids) and any(_identity(folder) in root_ids for folder in (path, *path.parents))
+
+
+def _one_folder_here(path: PurePath, root: PurePath, platform: str) -> bool:
+    """For a `path` within `root`: whether its ancestor at the root's depth is the root itself, when both exist on
+    this host and their names differ (in case only); a path this host cannot look up keeps the platform's rule."""
+    flavour = PureWindowsPath if is_windows_path(str(root), platform) else PurePosixPath
+    root_parts = flavour(str(root)).parts
+    ancestor = flavour(*flavour(str(path)).parts[: len(root_parts)])
+    if ancestor.parts == root_parts:
+        return True
+    found, wanted = _identity(ancestor), _identity(root)
+    return found is None or wanted is None or found == wanted
+
+
+def within(path: str | PurePath, root: str | PurePath, platform: str = PLATFORM) -> bool:
+    """Whether `path` is `root` or lies below it, by their text (already resolved: `..` is not followed). The one
+    rule for every such question, whoever asks (confinement, a supervisor's claim, a wait reason): components are
+    compared whole (`/work` does not hold `/workshop`), and without case where the file system ignores case
+    (`folds_case`)."""
+    windows = is_windows_path(str(root), platform)
+    fold = folds_case(str(root), platform)
+    path_parts, root_parts = _parts(str(path), windows, fold), _parts(str(root), windows, fold)
+    return path_parts[: len(root_parts)] == root_parts
+
+
+def is_windows_path(text: str, platform: str = PLATFORM) -> bool:
+    """A path in Windows' form: any path on Windows, and elsewhere one with a drive letter or only backslashes (a root
+    a supervisor on Windows declared, read on another host)."""
+    return platform == "win32" or bool(_WINDOWS_FORM.match(text)) or ("\\" in text and "/" not in text)
+
+
+def folds_case(text: str, platform: str = PLATFORM) -> bool:
+    """Whether the file system a path like `text` lives on ignores case: Windows' always, and every path on macOS
+    (APFS and HFS+ are case-insensitive unless formatted otherwise); Linux file systems do not."""
+    return is_windows_path(text, platform) or platform == "darwin"
+
+
+def _parts(text: str, windows: bool, fold: bool) -> tuple[str, ...]:
+    parts = (PureWindowsPath(text) if windows else PurePosixPath(text)).parts
+    return tuple(part.lower() for part in parts) if fold else parts
 
 
 def _identity(path: PurePath) -> tuple[int, int] | None:

@@ -1,12 +1,16 @@
 """Helpers the tests import: skipping what a laptop lacks, making tasks, and waiting on the doorbell."""
 
+import contextlib
 import os
+import re
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,3 +112,164 @@ def rerun_on_postgres(url: str, *pytest_args: str, timeout: float) -> subprocess
     )
     assert run.returncode == 0, f"on PostgreSQL:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
     return run
+
+
+# --- Bridge processes on a shared database (several supervisors, a web process without one) ------------------------
+
+LISTENING_RE = re.compile(r"Bridge is listening on (http://\S+?)/?\s*$")
+
+
+def fake_agent_script(directory: Path) -> str:
+    """An executable that runs the fake stream-json agent (tests/fakes/fake_claude.py), for BRIDGE_CLAUDE_BIN."""
+    script = directory / "fake-claude"
+    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_claude.py"}" "$@"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def manage(env: dict[str, str], *args: str, timeout: float = 120) -> str:
+    """`manage.py ARGS…` in `env`; its stdout, or an AssertionError with everything it printed."""
+    run = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert run.returncode == 0, f"manage.py {' '.join(args)} failed ({run.returncode}):\n{run.stdout}\n{run.stderr}"
+    return run.stdout
+
+
+class SuperviseProcess:
+    """`manage.py supervise --name NAME [--label L]…` on the test database, serving `roots`; started once its log says
+    it is up. Its stderr is read all along (kept in `lines`), so it never blocks on a full pipe. `extra_env` comes
+    last: it may name another database (DATABASE_URL) than the test run's."""
+
+    def __init__(self, settings, name: str, roots: list[Path], labels=(), extra_env: dict | None = None):
+        self.name = name
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url(settings.DATABASES["default"]),
+            "BRIDGE_CLAUDE_BIN": settings.BRIDGE_CLAUDE_BIN,
+            "BRIDGE_ALLOWED_ROOTS": os.pathsep.join(str(root) for root in roots),
+            "BRIDGE_KILL_GRACE_S": "1",
+            "BRIDGE_POLL_S": "0.2",
+            "BRIDGE_PROCESS_BACKEND": settings.BRIDGE_PROCESS_BACKEND,
+            "BRIDGE_LOG_LEVEL": "INFO",
+            **(extra_env or {}),
+        }
+        argv = [sys.executable, str(REPO / "manage.py"), "supervise", "--name", name]
+        for label in labels:
+            argv += ["--label", label]
+        self.proc = subprocess.Popen(argv, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.up = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self.up.wait(60) or self.proc.poll() is not None:
+            self.stop()
+            raise AssertionError(f"supervisor {name} did not start:\n" + "".join(self.lines[-30:]))
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if f"supervisor {self.name}: up to" in line:
+                self.up.set()
+        self.up.set()  # it exited: whoever waits finds out at once
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class WebProcess:
+    """`manage.py runbridge --port 0` in `env` (by default `--no-supervisor`: serving only), started once it says where
+    it listens; its stderr goes to `log_path`."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, *, supervisor: bool = False, timeout: float = 60):
+        self.log_path = log_path
+        argv = [sys.executable, str(REPO / "manage.py"), "runbridge", "--host", "127.0.0.1", "--port", "0"]
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                argv + ([] if supervisor else ["--no-supervisor"]),
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        self.url = ""
+        found = threading.Event()
+
+        def read() -> None:
+            for line in self.proc.stdout:
+                match = LISTENING_RE.search(line)
+                if match and not self.url:
+                    self.url = match.group(1)
+                    found.set()
+            found.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not found.wait(timeout) or not self.url:
+            self.stop()
+            raise AssertionError(f"runbridge did not say where it listens:\n{self.log()[-5000:]}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def redis_or_skip(url: str) -> str:
+    """`url`, once Redis answers there; skip (fail in CI) when it does not."""
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        skip_or_fail(f"Redis is not reachable at {url} (set REDIS_URL or BRIDGE_TEST_REDIS_URL): {exc}")
+    return url
+
+
+@contextlib.contextmanager
+def private_postgres_database(url: str, suffix: str) -> Iterator[tuple[str, Any]]:
+    """A new, empty PostgreSQL database named after `url`'s plus `suffix`, dropped afterwards (whoever is still
+    connected): yields its URL and an autocommit admin connection to the server."""
+    import psycopg
+
+    base, name = url.rsplit("/", 1)
+    name = f"{name}_{suffix}"
+    admin = psycopg.connect(f"{base}/postgres", autocommit=True)
+    try:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+        yield f"{base}/{name}", admin
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+def terminate_backends(admin, name: str) -> int:
+    """Drop every connection to database `name` (but the caller's own), as a failover or an operator would."""
+    rows = admin.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+        [name],
+    ).fetchall()
+    return len(rows)

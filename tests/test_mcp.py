@@ -97,7 +97,9 @@ def test_tools_schemas_and_instructions_over_stdio(mcp_env):
         "wait_s",
         "skills",
         "toolsets",
+        "target",
     ]
+    assert list(schemas["claude_run"]["properties"])[-1] == "target"
     assert schemas["hermes_run"]["properties"]["wait_s"]["default"] == 5
     assert schemas["hermes_status"]["properties"]["wait_s"]["default"] == 30
     assert set(schemas["hermes_resume"]["required"]) == {"session_id", "task"}
@@ -151,6 +153,59 @@ def test_identical_task_joins_the_running_job_and_cancel_stops_it(mcp_env, super
     assert Task.objects.filter(prompt=script).count() == 1
     assert not cancelled.is_error
     assert final.status == "STATUS: cancelled" and "ERROR: enough" in final.text, final
+
+
+def test_replies_are_plain_text_with_usage_worker_and_no_structured_copy(mcp_env, supervisor, work_root):
+    """Claude Code shows a tool's structuredContent when the tool declares an output schema: Bridge's tools declare
+    none and send the reply as one text block, so clients see `STATUS: ok…`, not `{"result": "STATUS: ok…"}`."""
+    env = {**mcp_env, "BRIDGE_TASK_TIMEOUT_S": "0"}  # no limit: the reply says `none`
+
+    async def steps(session: Session):
+        tools = (await session.client.list_tools()).tools
+        raw = await session.client.call_tool(
+            "claude_run", {"task": "say plain", "cwd": str(work_root), "permission_mode": "bypass", "wait_s": 60}
+        )
+        return tools, raw
+
+    tools, raw = over_stdio(env, steps)
+    assert [t.output_schema for t in tools] == [None] * len(tools)
+    assert raw.structured_content is None and [c.type for c in raw.content] == ["text"]
+    reply = Reply(raw)
+    task = Task.objects.select_related("worker").get(public_id=reply.job_id)
+    assert reply.status == "STATUS: ok", reply
+    header = reply.text.split("\n--- ")[0].splitlines()
+    assert "TIMEOUT_S: none" in header and task.timeout_s is None
+    assert f"WORKER: {task.worker.name}" in header
+    assert f"COST_USD: {task.cost_usd:.4f}" in header and task.cost_usd > 0
+    assert "TOKENS: input=100 output=50 cache_creation=20 cache_read=30" in header
+    assert not [line for line in header if line.startswith(("TARGET:", "WAITING:"))], "only when they apply"
+
+
+def test_a_target_is_taken_and_checked_as_rest_does(mcp_env, supervisor, work_root):
+    """claude_run and hermes_run take `target` through the same action as REST: the same check, the same refusal;
+    a queued job that no live supervisor can serve says why on a WAITING line."""
+
+    async def steps(session: Session):
+        return {
+            "bad": await session.call("claude_run", task="say hi", cwd=str(work_root), target="-rf"),
+            "not text": await session.call("claude_run", task="say hi", cwd=str(work_root), target=5),
+            "hermes bad": await session.call("hermes_run", task="say hi", cwd=str(work_root), target="a b"),
+            "gpu": await session.call("claude_run", task="say gpu", cwd=str(work_root), target="gpu", wait_s=0),
+        }
+
+    replies = over_stdio(mcp_env, steps)
+    assert replies["bad"].is_error and "target" in replies["bad"].text, replies["bad"]
+    assert replies["not text"].is_error and "target" in replies["not text"].text, replies["not text"]
+    assert replies["hermes bad"].is_error, replies["hermes bad"]
+    gpu = replies["gpu"]
+    assert not gpu.is_error and gpu.status == "STATUS: queued", gpu
+    task = Task.objects.get(public_id=gpu.job_id)
+    assert task.target == "gpu"
+    assert "TARGET: gpu" in gpu.text
+    assert f"WAITING: {task.wait_reason}" in gpu.text
+    assert "no live supervisor has the name, host or label 'gpu'" in task.wait_reason
+    assert Task.objects.count() == 1, "nothing was queued for the refused targets"
+    actions.request_cancel(task, reason="test over")
 
 
 def test_cwd_outside_the_roots_is_refused_and_nothing_starts(mcp_env, supervisor, work_root, tmp_path):
@@ -258,7 +313,7 @@ def test_bad_input_gets_clear_errors(mcp_env, supervisor, work_root, tmp_path):
     replies = over_stdio(mcp_env, steps)
     expected_errors = {
         "unknown job": "no task 7d0c1f9e",
-        "not a uuid": "task ids look like",
+        "not a uuid": "no task 'job-1'",
         "negative wait": "wait_s must be a number of seconds >= 0",
         "missing path": "does not exist",
         "relative path": "must be an absolute path",

@@ -6,10 +6,8 @@ web process, with its own allowed roots. Readiness is the supervisor's own log l
 """
 
 import os
-import signal
 import subprocess
 import sys
-import threading
 import uuid
 from pathlib import Path
 
@@ -18,60 +16,12 @@ from django.test import Client
 
 from jobs import actions
 from jobs.errors import Refused
+from jobs.hints import manage_command
 from jobs.models import Task
 from jobs.vocabulary import Status
-from tests.support import REPO, database_url, make_task, wait_for
+from tests.support import REPO, SuperviseProcess, database_url, make_task, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class SuperviseProcess:
-    """`manage.py supervise --name NAME [--label L]…` on the test database, serving `roots`; started once its log says
-    it is up. Its stderr is read all along (kept in `lines`), so it never blocks on a full pipe."""
-
-    def __init__(self, settings, name: str, roots: list[Path], labels=(), extra_env: dict | None = None):
-        self.name = name
-        env = {
-            **os.environ,
-            "DATABASE_URL": database_url(settings.DATABASES["default"]),
-            "BRIDGE_CLAUDE_BIN": settings.BRIDGE_CLAUDE_BIN,
-            "BRIDGE_ALLOWED_ROOTS": os.pathsep.join(str(root) for root in roots),
-            "BRIDGE_KILL_GRACE_S": "1",
-            "BRIDGE_POLL_S": "0.2",
-            "BRIDGE_PROCESS_BACKEND": settings.BRIDGE_PROCESS_BACKEND,
-            "BRIDGE_LOG_LEVEL": "INFO",
-            **(extra_env or {}),
-        }
-        argv = [sys.executable, str(REPO / "manage.py"), "supervise", "--name", name]
-        for label in labels:
-            argv += ["--label", label]
-        self.proc = subprocess.Popen(argv, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
-        self.lines: list[str] = []
-        self.up = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-        if not self.up.wait(60) or self.proc.poll() is not None:
-            self.stop()
-            raise AssertionError(f"supervisor {name} did not start:\n" + "".join(self.lines[-30:]))
-
-    def _read(self) -> None:
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            if f"supervisor {self.name}: up to" in line:
-                self.up.set()
-        self.up.set()  # it exited: whoever waits finds out at once
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture
@@ -213,9 +163,11 @@ def test_a_target_is_checked_like_other_argv_values(roots, settings):
         content_type="application/json",
     )
     task = Task.objects.get(public_id=ok.json()["task_id"])
-    assert task.target == "gpu" and task.wait_reason == "no live supervisor is running: start one " + (
-        "(manage.py supervise, or runbridge)"
+    # The command as it works when pasted: this interpreter and the absolute manage.py.
+    assert task.target == "gpu" and task.wait_reason == (
+        f"no live supervisor is running: start one (`{manage_command('supervise')}`, or runbridge)"
     )
+    assert f"{sys.executable} {REPO / 'manage.py'} supervise" in task.wait_reason
     listed = api_client().get("/v1/tasks").json()["tasks"][0]
     assert listed["target"] == "gpu" and listed["wait_reason"] == task.wait_reason
 

@@ -8,8 +8,12 @@ import sys
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
-from jobs.paths import is_inside
+from jobs import paths
+from jobs.paths import is_inside, within
 from tests.support import REPO
 
 WINDOWS_CASES = [
@@ -26,10 +30,140 @@ def test_windows_paths_compare_by_drive_and_without_case(path, root, inside):
     assert is_inside(PureWindowsPath(path), [PureWindowsPath(root)]) is inside
 
 
-@pytest.mark.parametrize("path, root, inside", WINDOWS_CASES)
-def test_posix_paths_compare_with_case(path, root, inside):
-    path, root = (PurePosixPath(p.replace("\\", "/")) for p in (path, root))
-    assert is_inside(path, [root]) is (inside and str(path).startswith(str(root)))
+POSIX_CASES = [  # path, root, inside on Linux, inside on macOS
+    ("/Users/Me/Work/project", "/users/me/work", False, True),
+    ("/Users/me/WORK", "/Users/me/work", False, True),
+    ("/Users/me/work/project", "/Users/me/work", True, True),
+    ("/Users/me/workshop", "/Users/me/work", False, False),
+    ("/Users/me", "/Users/me/work", False, False),
+]
+
+
+@pytest.mark.parametrize("path, root, on_linux, on_macos", POSIX_CASES)
+def test_posix_paths_compare_with_case_on_linux_and_without_on_macos(path, root, on_linux, on_macos):
+    assert is_inside(PurePosixPath(path), [PurePosixPath(root)], platform="linux") is on_linux
+    assert is_inside(PurePosixPath(path), [PurePosixPath(root)], platform="darwin") is on_macos
+
+
+def test_on_macos_a_match_in_another_case_must_be_one_folder_where_both_exist(tmp_path):
+    """macOS ignores case by default, but a volume may be formatted case-sensitive: there `/WORK` is not `/work`.
+    (Linux's file system plays that volume here: two folders whose names differ in case only.)"""
+    root, other = tmp_path / "work", tmp_path / "WORK"
+    root.mkdir()
+    assert is_inside(other / "project", [root], platform="darwin"), "WORK is not here: the platform's rule holds"
+    other.mkdir()
+    assert not is_inside(other / "project", [root], platform="darwin"), "two folders, told apart by identity"
+    assert not is_inside(other, [root], platform="darwin")
+    assert is_inside(root / "project", [root], platform="darwin")
+    assert not is_inside(other / "project", [root], platform="linux")
+
+
+# --- one rule for "inside a root", on generated paths ---------------------------------------------------------------
+
+PLATFORMS = ["linux", "darwin", "win32"]
+FOLDS = {"linux": False, "darwin": True, "win32": True}
+# Path components: letters in both cases (an accented one too), digits, dots and the like; never "." or "..".
+COMPONENT = st.text(st.sampled_from("abcxyzABCXYZéÉ019._- "), min_size=1, max_size=6).filter(
+    lambda c: c.strip(".") != ""
+)
+COMPONENTS = st.lists(COMPONENT, min_size=1, max_size=6)
+
+
+def posix(components: list[str]) -> str:
+    return "/" + "/".join(components)
+
+
+def recased(text: str, flips: list[bool]) -> str:
+    """`text` with some letters' case swapped: the same name to a file system that ignores case."""
+    return "".join(c.swapcase() if flip else c for c, flip in zip(text, flips + [False] * len(text), strict=False))
+
+
+@given(COMPONENTS, st.integers(0, 6), st.sampled_from(PLATFORMS))
+def test_a_path_is_within_each_of_its_ancestors_and_itself(components, cut, platform):
+    root = posix(components[: max(1, min(cut, len(components)))])
+    assert within(posix(components), root, platform)
+    assert within(posix(components), "/", platform)
+
+
+@given(COMPONENTS, COMPONENTS, st.lists(st.booleans(), max_size=40), st.sampled_from(PLATFORMS))
+def test_a_root_named_in_another_case_holds_the_path_only_where_case_is_ignored(below, above, flips, platform):
+    root = posix(above)
+    other = recased(root, flips)
+    expected = other == root or FOLDS[platform]
+    assert within(posix(above + below), other, platform) is expected
+    assert within(recased(posix(above + below), flips), root, platform) is expected
+    assert paths.folds_case(root, platform) is FOLDS[platform]
+
+
+@given(COMPONENTS, COMPONENT, st.sampled_from(PLATFORMS))
+def test_a_sibling_whose_name_starts_like_the_root_is_not_within(components, more, platform):
+    root = posix(components)
+    assert not within(root + more, root, platform)
+    assert not within(posix(components[:-1]), root, platform)
+
+
+@given(COMPONENTS, COMPONENTS, st.sampled_from(PLATFORMS))
+def test_within_is_a_component_prefix_compared_as_the_platform_compares_names(path, root, platform):
+    fold = (lambda c: c.lower()) if FOLDS[platform] else (lambda c: c)
+    expected = [fold(c) for c in path[: len(root)]] == [fold(c) for c in root]
+    assert within(posix(path), posix(root), platform) is expected
+
+
+@given(
+    st.sampled_from("cCdD"),
+    COMPONENTS,
+    COMPONENTS,
+    st.lists(st.booleans(), max_size=40),
+    st.lists(st.sampled_from("\\/"), max_size=40),
+    st.sampled_from(PLATFORMS),
+)
+def test_windows_paths_ignore_case_and_slash_direction_wherever_they_are_compared(
+    drive, above, below, flips, separators, platform
+):
+    """A root a supervisor on Windows declared is compared by Windows' rules on any host."""
+    root = f"{drive}:\\" + "\\".join(above)
+    path = f"{drive}:\\" + "\\".join(above + below)
+    seps = iter(separators + ["\\"] * len(path))
+    mixed = "".join(next(seps) if c == "\\" else c for c in recased(path, flips))
+    assert paths.is_windows_path(root) and paths.folds_case(root, platform)
+    assert within(mixed, root, platform)
+    other_drive = {"c": "D", "d": "C"}[drive.lower()]
+    assert not within(other_drive + mixed[1:], root, platform)
+
+
+@pytest.mark.django_db
+def test_the_claim_query_never_leaves_out_a_task_the_supervisor_serves():
+    """`servable_by` (the claim's query, on this run's database) selects every queued task `serves` accepts, for
+    roots in either form and cwds named in any case: it is a prefilter of the one rule, never narrower."""
+    from django.db import transaction
+
+    from jobs.actions.workers import servable_by, serves
+    from jobs.models import Task, Worker
+
+    @given(
+        st.lists(COMPONENTS, min_size=1, max_size=3),
+        st.lists(st.tuples(st.integers(0, 2), COMPONENTS, st.lists(st.booleans(), max_size=40)), max_size=6),
+        st.booleans(),
+    )
+    @hypothesis_settings(max_examples=60, deadline=None)
+    def check(roots, tasks, windows):
+        text = [windows_root(components) if windows else posix(components) for components in roots]
+        worker = Worker(name="w", host="h", roots=text, labels=[])
+        with transaction.atomic():
+            for which, below, flips in tasks:
+                root = text[which % len(text)]
+                cwd = root + ("\\" if windows else "/") + ("\\" if windows else "/").join(below)
+                Task.objects.create(prompt="p", cwd=recased(cwd, flips))
+            served = {t.pk for t in Task.objects.all() if serves(worker, t.cwd, "")}
+            selected = set(Task.objects.filter(servable_by(worker)).values_list("pk", flat=True))
+            assert served <= selected
+            transaction.set_rollback(True)
+
+    check()
+
+
+def windows_root(components: list[str]) -> str:
+    return "C:\\" + "\\".join(components)
 
 
 def test_one_folder_under_two_names_is_inside_by_identity(tmp_path):

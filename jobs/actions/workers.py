@@ -3,8 +3,9 @@ supervisor may run which task; and how a supervisor is described to a health che
 
 Each supervisor declares what it serves: the allowed roots of its own host (BRIDGE_ALLOWED_ROOTS there, resolved),
 and optionally a name (unique among live supervisors) and labels. It runs a task when the task's cwd is one of its
-roots or lies below one (compared as resolved path strings, by prefix), and the task's `target` is empty or equal to
-its name, its host or one of its labels (`serves`, and `servable_by` for the claim's query: one rule, two forms).
+roots or lies below one (resolved path strings compared by `paths.within`: whole components, without case where the
+file system ignores case), and the task's `target` is empty or equal to its name, its host or one of its labels
+(`serves`, and `servable_by` for the claim's query: one rule, two forms).
 """
 
 import logging
@@ -20,11 +21,13 @@ from pathlib import Path
 
 import psutil
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count, Q
 from django.utils import timezone
 
 from jobs import paths, processes
 from jobs.errors import Conflict, InvalidInput, Refused
+from jobs.hints import manage_command
 from jobs.inputs import check_path_text
 from jobs.models import Task, Worker
 
@@ -124,7 +127,7 @@ def root_prefix(root: str) -> str:
 
 def covers(roots: Iterable[str], cwd: str) -> bool:
     """Whether `cwd` (a resolved path string) is one of `roots` or lies below one."""
-    return any(cwd == root or cwd.startswith(root_prefix(root)) for root in roots)
+    return any(paths.within(cwd, root) for root in roots)
 
 
 def answers_to(worker: Worker) -> set[str]:
@@ -138,11 +141,21 @@ def serves(worker: Worker, cwd: str, target: str) -> bool:
 
 
 def servable_by(worker: Worker) -> Q:
-    """`serves` as a query on tasks (a prefilter: SQLite's LIKE ignores case, so the claim checks `serves` too)."""
-    inside = [Q(cwd=root) | Q(cwd__startswith=root_prefix(root)) for root in worker.roots or ()]
+    """`serves` as a query on tasks: a prefilter that never leaves out a task `serves` accepts (a root on a file
+    system that ignores case matches without case; SQLite's LIKE always does), so the claim checks `serves` too."""
+    inside = [_below(root) for root in worker.roots or ()]
     if not inside:
         return Q(pk__in=[])
     return reduce(or_, inside) & (Q(target="") | Q(target__in=sorted(answers_to(worker))))
+
+
+def _below(root: str) -> Q:
+    if not paths.folds_case(root):
+        return Q(cwd=root) | Q(cwd__startswith=root_prefix(root))
+    if connection.vendor == "sqlite" and not root.isascii():
+        # SQLite's LIKE ignores the case of ASCII letters only: select by what comes before the first other one.
+        return Q(cwd__istartswith=root[: next(i for i, c in enumerate(root) if not c.isascii())])
+    return Q(cwd__iexact=root) | Q(cwd__istartswith=root_prefix(root))
 
 
 def described(worker: Worker) -> str:
@@ -167,7 +180,7 @@ def wait_reason(cwd: str, target: str, workers: list[Worker]) -> str:
     if any(serves(worker, cwd, target) for worker in workers):
         return ""
     if not workers:
-        return "no live supervisor is running: start one (manage.py supervise, or runbridge)"
+        return f"no live supervisor is running: start one (`{manage_command('supervise')}`, or runbridge)"
     listing = _listing(workers, _serves_what)
     by_cwd = [worker for worker in workers if covers(worker.roots or (), cwd)]
     if not target or not by_cwd:

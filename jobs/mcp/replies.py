@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from jobs.actions import SystemState
 from jobs.hermes_skills import Skill, SkillLibrary
-from jobs.models import PermissionRequest, Task
+from jobs.hints import manage_command
+from jobs.models import PermissionRequest, Task, Worker
 from jobs.vocabulary import Status
 
 STATUS_WORDS = {
@@ -73,11 +74,34 @@ def _task_header(task: Task, notes: Sequence[str]) -> list[str]:
         f"AGENT: {task.agent}",
         f"CWD: {task.cwd}",
         f"ELAPSED_S: {elapsed_s(task):.1f}",
-        f"TIMEOUT_S: {task.timeout_s}",
+        f"TIMEOUT_S: {task.timeout_s if task.timeout_s is not None else 'none'}",
     ]
+    if task.target:
+        lines.append(f"TARGET: {task.target}")
+    if task.worker is not None:
+        lines.append(f"WORKER: {task.worker.name}")
+    if task.status == Status.QUEUED and task.wait_reason:
+        lines.append(f"WAITING: {task.wait_reason}")
     if task.session is not None:
         lines.append(f"SESSION_ID: {task.session.session_id}")
-    return lines + list(notes)
+    return lines + usage_lines(task) + list(notes)
+
+
+def usage_lines(task: Task) -> list[str]:
+    """What the run cost, when the agent reported it: `COST_USD:` and `TOKENS:` (input, output, cache)."""
+    lines = [f"COST_USD: {task.cost_usd:.4f}"] if task.cost_usd is not None else []
+    counts = [
+        ("input", task.input_tokens),
+        ("output", task.output_tokens),
+        ("cache_creation", task.cache_creation_input_tokens),
+        ("cache_read", task.cache_read_input_tokens),
+    ]
+    known = [f"{name}={count}" for name, count in counts if count is not None]
+    if known:
+        lines.append("TOKENS: " + " ".join(known))
+    if task.num_turns is not None:
+        lines.append(f"NUM_TURNS: {task.num_turns}")
+    return lines
 
 
 def unfinished_task(task: Task, notes: Sequence[str], *, ahead: int | None, pending: int, tail: str) -> str:
@@ -216,10 +240,16 @@ def hermes_missing() -> str:
 
 
 def health(ok: bool, hermes_lines: Sequence[str], state: SystemState) -> str:
-    workers = ", ".join(f"alive ({w.name}, pid {w.pid})" for w in state.workers) or "none alive"
+    workers = ", ".join(f"alive ({_worker(w)})" for w in state.workers) or "none alive"
     lines = ["STATUS: " + ("ok" if ok else "error"), *hermes_lines]
     lines += [f"DATABASE: {state.database}", f"SUPERVISOR: {workers}", jobs_line(state.counts)]
     return "\n".join(lines)
+
+
+def _worker(worker: Worker) -> str:
+    """A supervisor as a planner targets it: its name, host and labels (each one a valid `target`)."""
+    labels = f", labels {' '.join(worker.labels)}" if worker.labels else ""
+    return f"{worker.name}, host {worker.host}, pid {worker.pid}{labels}"
 
 
 def hermes_found(executable: Path, version: str | None, acp: bool) -> list[str]:
@@ -241,7 +271,7 @@ def supervisor_starting(pid: int) -> str:
 def no_supervisor() -> str:
     return (
         "NOTE: no supervisor is running, so the job stays queued until one starts "
-        "(`python manage.py supervise`, or `python manage.py runbridge`)."
+        f"(`{manage_command('supervise')}`, or `{manage_command('runbridge')}`)."
     )
 
 

@@ -89,7 +89,9 @@ def tool(fn: Callable[..., Awaitable[str]]) -> Callable[..., Awaitable[str]]:
             log.exception("MCP tool %s failed", fn.__name__)
             return _flagged(replies.error(replies.unexpected(fn.__name__, exc), replies.INTERNAL_ERROR))
 
-    TOOLS.append(strict(Tool.from_function(replying)))
+    # Replies are plain text only: with structured output the SDK would derive an output schema from `-> str` and
+    # send {"result": "STATUS: …"} as structuredContent, which clients such as Claude Code show instead of the text.
+    TOOLS.append(strict(Tool.from_function(replying, structured_output=False)))
     return fn
 
 

@@ -102,13 +102,21 @@ async def hermes_run(
     wait_s: float = 5,
     skills: list[str] | str | None = None,
     toolsets: list[str] | str | None = None,
+    target: str | None = None,
 ) -> str:
     """Start a Hermes Agent job in cwd (absolute, inside the allowed roots) and wait up to wait_s seconds
-    (default 5, at most 150). Returns STATUS/JOB_ID; if still running, collect it later with hermes_status."""
+    (default 5, at most 150). Returns STATUS/JOB_ID; if still running, collect it later with hermes_status.
+    target: run only on the supervisor with this name, host or label (hermes_health lists them); default any."""
     _require_hermes()
     options = dict(max_turns=max_turns, skills=_listify(skills), toolsets=_listify(toolsets))
     spec = actions.TaskSpec(
-        prompt=task, cwd=cwd, agent=Agent.HERMES, timeout_s=timeout_s, options=options, source=Source.MCP
+        prompt=task,
+        cwd=cwd,
+        agent=Agent.HERMES,
+        timeout_s=timeout_s,
+        options=options,
+        source=Source.MCP,
+        target=target or "",
     )
     return await _run(spec, wait_s)
 
@@ -144,9 +152,11 @@ async def claude_run(
     allowed_tools: list[str] | None = None,
     timeout_s: int | None = None,
     wait_s: float = 5,
+    target: str | None = None,
 ) -> str:
     """Start a Claude Code job in cwd and wait up to wait_s seconds (default 5, at most 150). With
-    permission_mode "approve" its tool requests wait for permission_decide; "bypass" allows them all."""
+    permission_mode "approve" its tool requests wait for permission_decide; "bypass" allows them all.
+    target: run only on the supervisor with this name, host or label (hermes_health lists them); default any."""
     spec = actions.TaskSpec(
         prompt=task,
         cwd=cwd,
@@ -155,6 +165,7 @@ async def claude_run(
         timeout_s=timeout_s,
         options=dict(model=model, max_turns=max_turns, allowed_tools=allowed_tools),
         source=Source.MCP,
+        target=target or "",
     )
     return await _run(spec, wait_s)
 

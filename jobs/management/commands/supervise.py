@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from jobs import actions, processes
 from jobs.errors import BridgeError
+from jobs.hints import manage_command
 from jobs.supervisor import Supervisor
 
 log = logging.getLogger("jobs")
@@ -53,5 +54,5 @@ class Command(BaseCommand):
             supervisor.run()
         if supervisor.startup_error:
             taken = "Conflict: a supervisor named" in supervisor.startup_error  # nothing to do with migrations
-            hint = "" if taken else " Did you run 'python manage.py migrate'?"
+            hint = "" if taken else f" Did you run `{manage_command('migrate')}`?"
             raise CommandError(f"{supervisor.startup_error}.{hint}")
