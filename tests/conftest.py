@@ -61,4 +61,5 @@ def mcp_env(transactional_db, work_root, fake_agent, settings, tmp_path) -> dict
         "BRIDGE_POLL_S": "0.1",
         "BRIDGE_HERMES_BIN": str(tmp_path / "no-such-hermes"),
         "HERMES_HOME": str(tmp_path / "hermes-home"),
+        "ANTHROPIC_API_KEY": "unused-by-the-fake-agent",  # so jobs/executors.py counts Claude as logged in
     }

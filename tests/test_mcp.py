@@ -283,6 +283,18 @@ def test_without_a_supervisor_the_mcp_server_starts_one_that_outlives_it(mcp_env
             pass
 
 
+def test_the_mcp_server_starts_no_supervisor_that_cannot_run_the_agent(mcp_env, work_root, tmp_path):
+    home = tmp_path / "bare-home"
+    home.mkdir()
+    env = {name: value for name, value in mcp_env.items() if not name.startswith(("ANTHROPIC_", "CLAUDE_"))}
+    env["HOME"] = str(home)  # as Claude Desktop may start it: no login anywhere Claude Code would look
+    refused = call_stdio(env, "claude_run", task="say hi", cwd=str(work_root), wait_s=0)
+    assert refused.is_error, refused
+    assert "will not start one that cannot run claude" in refused.text and "/login" in refused.text, refused
+    assert not Task.objects.exists(), "nothing is queued that no supervisor could run"
+    assert not Worker.objects.exists(), "no supervisor was started"
+
+
 def test_bad_input_gets_clear_errors(mcp_env, supervisor, work_root, tmp_path):
     (tmp_path / "secret.txt").write_text("not for planners")
     (work_root / "link").symlink_to(tmp_path / "secret.txt")

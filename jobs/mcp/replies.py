@@ -12,6 +12,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from jobs.actions import SystemState
+from jobs.executors import ExecutorStatus
 from jobs.hermes_skills import Skill, SkillLibrary
 from jobs.hints import manage_command
 from jobs.models import PermissionRequest, Task, Worker
@@ -259,6 +260,29 @@ def hermes_found(executable: Path, version: str | None, acp: bool) -> list[str]:
         f"HERMES_MODE: {settings.BRIDGE_HERMES_MODE} "
         + ("(ACP extra installed)" if acp else "(no ACP extra: one-shot only)"),
     ]
+
+
+def executor_readiness(status: ExecutorStatus) -> list[str]:
+    """Whether an executor can run, and each problem with its fix (jobs/executors.py)."""
+    name = status.agent.upper()
+    lines = (
+        []
+        if status.agent == "hermes"
+        else [f"{name}: {status.path or 'not found'} ({status.version or 'version unknown'})"]
+    )
+    lines.append(f"{name}_READY: {status.ready}" + (f" ({status.detail})" if status.detail else ""))
+    lines += [f"{name}_PROBLEM: {p.what}. Fix: {p.fix}" for p in status.problems]
+    return lines + [f"{name}_NOTE: {note}" for note in status.notes]
+
+
+def executor_cannot_run(status: ExecutorStatus) -> str:
+    told = " ".join(f"{p.what}. Fix: {p.fix}." for p in status.problems)
+    return (
+        f"No supervisor is running, and this MCP server will not start one that cannot run {status.agent} in the "
+        f"environment it was started with: {told} Or start Bridge from a terminal where {status.agent} works "
+        f"(`make run`, or `{manage_command('supervise')}`); this server then uses that supervisor. After changing the "
+        f"setup, run `{manage_command('register_claude')}` again and restart the MCP client."
+    )
 
 
 # --- the supervisor -------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from jobs import actions
+from jobs import actions, executors
 from jobs.mcp import replies
 from jobs.mcp.server import get_server
 
@@ -31,6 +31,13 @@ class SupervisorStarter:
         log_path = settings.DATA_DIR / "supervisor.log"
         self.process = self._spawn(log_path)
         return replies.supervisor_started(self.process.pid, log_path)
+
+    def refusal(self, agent: str) -> str:
+        """'' unless this server would have to start a supervisor that cannot run `agent` in its environment."""
+        if not self.enabled or actions.live_supervisors():
+            return ""
+        status = executors.executor_status(agent)
+        return replies.executor_cannot_run(status) if status.ready == executors.NO else ""
 
     @staticmethod
     def _spawn(log_path: Path) -> subprocess.Popen:

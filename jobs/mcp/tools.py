@@ -14,8 +14,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from pydantic import StrictInt
 
-from jobs import actions, hermes_skills, paths
-from jobs.errors import BridgeError, InvalidInput
+from jobs import actions, executors, hermes_skills, paths
+from jobs.errors import BridgeError, InvalidInput, Refused
 from jobs.mcp import full_log, reads, replies, waiting
 from jobs.mcp.server import ErrorReport, in_db, tool
 from jobs.mcp.stdio import supervisor_starter
@@ -71,6 +71,9 @@ def _listify(value: list[str] | str | None) -> list[str] | None:
 
 def _start(spec: actions.TaskSpec) -> tuple[Task, list[str]]:
     actions.settle_running_tasks()  # never join an identical task whose supervisor is dead
+    refusal = supervisor_starter.refusal(spec.agent)
+    if refusal:  # queue nothing that no supervisor could run
+        raise Refused(refusal, code="executor_not_ready")
     task, created = actions.create_or_join_task(spec)
     notes = [] if created else [replies.joined_existing(task)]
     supervisor_note = supervisor_starter.ensure()
@@ -326,6 +329,9 @@ def _health() -> tuple[bool, str]:
     else:
         version = hermes_skills.hermes_version(executable)
         hermes = replies.hermes_found(executable, version, hermes_skills.acp_installed(str(executable)))
+    hermes += replies.executor_readiness(executors.hermes_status()) + replies.executor_readiness(
+        executors.claude_status()
+    )
     ok = executable is not None and state.database == "ok"
     return ok, replies.health(ok, hermes, state)
 
