@@ -4,6 +4,8 @@ Rows change only through jobs.actions (docs/architecture.md, "Principles" 2), so
 actions that call it: cancelling a task, creating (shown once) and revoking API tokens.
 """
 
+import json
+
 from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
@@ -18,6 +20,21 @@ admin.site.site_header = "Bridge administration"
 admin.site.site_title = "Bridge"
 admin.site.index_title = "History: tasks, transcripts, permission decisions, tokens"
 admin.site.site_url = "/"
+
+
+def money(value: float | None) -> str:
+    """A cost as people read it: no float noise (0.30000000000000004), no trailing zeros past the cents."""
+    if value is None:
+        return "–"
+    text = f"{value:.6f}".rstrip("0")
+    whole, _, fraction = text.partition(".")
+    return f"${whole}.{fraction.ljust(2, '0')}"
+
+
+def clipped(value: object, limit: int = 160) -> str:
+    """Event data in one line for a list: text as it is, anything else as JSON (not a Python repr)."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -77,7 +94,7 @@ class TaskAdmin(ReadOnlyAdmin):
             "Usage",
             {
                 "fields": (
-                    "cost_usd",
+                    "own_cost",
                     "session_total",
                     "how_cost_was_counted",
                     "input_tokens",
@@ -109,7 +126,7 @@ class TaskAdmin(ReadOnlyAdmin):
 
     @admin.display(description="cost (this task)", ordering="cost_usd")
     def own_cost(self, task: Task) -> str:
-        return "–" if task.cost_usd is None else f"${task.cost_usd:.6f}"
+        return money(task.cost_usd)
 
     @admin.display(description="session total")
     def session_total(self, task: Task) -> str:
@@ -118,7 +135,7 @@ class TaskAdmin(ReadOnlyAdmin):
         url = reverse("admin:jobs_agentsession_change", args=[task.session.pk])
         count = task.session.tasks.count()
         return format_html(
-            '${} over <a href="{}">{} task(s) of its session</a>', f"{task.session.total_cost_usd:.6f}", url, count
+            '{} over <a href="{}">{} task(s) of its session</a>', money(task.session.total_cost_usd), url, count
         )
 
     @admin.display(description="how the cost was counted")
@@ -129,9 +146,9 @@ class TaskAdmin(ReadOnlyAdmin):
         if reported is None:
             return "as the agent reported it" if task.cost_usd is not None else "–"
         base = (data.get("usage_base") or {}).get("cost_usd")
-        text = f"the agent reported the session's running total ${reported:.6f}"
+        text = f"the agent reported the session's running total {money(reported)}"
         if base is not None:
-            text += f"; minus ${base:.6f}, the running total this run carried on from ({data.get('usage_base_from')})"
+            text += f"; minus {money(base)}, the running total this run carried on from ({data.get('usage_base_from')})"
         if data.get("usage_note"):
             text += f". {data['usage_note']}"
         return text
@@ -147,9 +164,8 @@ class TaskEventAdmin(ReadOnlyAdmin):
 
     @admin.display(description="data")
     def summary(self, event: TaskEvent) -> str:
-        data = event.data or {}
-        text = data.get("text") or data.get("content") or data.get("status") or data.get("name") or str(data)
-        return str(text)[:160]
+        data = event.data if isinstance(event.data, dict) else {"data": event.data}
+        return clipped(data.get("text") or data.get("content") or data.get("status") or data.get("name") or data)
 
 
 @admin.register(PermissionRequest)
@@ -177,7 +193,7 @@ class AgentSessionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="total cost (its tasks)", ordering="total_cost_usd")
     def total_cost(self, session: AgentSession) -> str:
-        return f"${session.total_cost_usd:.6f}"
+        return money(session.total_cost_usd)
 
     @admin.display(description="cost of each task")
     def task_costs(self, session: AgentSession) -> str:
@@ -189,7 +205,7 @@ class AgentSessionAdmin(ReadOnlyAdmin):
                     reverse("admin:jobs_task_change", args=[task.pk]),
                     task.prompt[:60],
                     task.status,
-                    "–" if task.cost_usd is None else f"${task.cost_usd:.6f}",
+                    money(task.cost_usd),
                 )
                 for task in session.tasks.order_by("created_at", "pk")[:200]
             ),

@@ -21,8 +21,8 @@ from django.template.loader import render_to_string
 
 from jobs import actions, auth, doorbell
 from jobs.errors import BridgeError, NotFound, Unauthenticated
-from jobs.models import Task, TaskEvent
-from jobs.vocabulary import TERMINAL_STATUSES
+from jobs.models import PermissionRequest, Task, TaskEvent, Worker
+from jobs.vocabulary import TERMINAL_STATUSES, Status
 
 log = logging.getLogger(__name__)
 EVENT_BATCH = 500
@@ -70,10 +70,15 @@ def parse_since(scope: dict, meaning: str) -> int:
     return actions.parse_seq(raw, "since", meaning)
 
 
-def task_state(task: Task) -> dict:
-    """The live counters a task page shows next to the transcript."""
+def task_state(task: Task, worker: dict | None) -> dict:
+    """The live counters a task page shows next to the transcript, and where it runs (`worker`: its name and host)
+    or why it waits."""
     return {
         "status": task.status,
+        "last_seq": task.last_seq,
+        "target": task.target,
+        "wait_reason": task.wait_reason if task.status == Status.QUEUED else "",
+        "worker": worker,
         "created_at": task.created_at.isoformat(),
         "started_at": task.started_at.isoformat() if task.started_at else None,
         "finished_at": task.finished_at.isoformat() if task.finished_at else None,
@@ -163,25 +168,40 @@ class TaskEventsConsumer(BridgeConsumer):
         self.since = parse_since(self.scope, "the last seq you saw")
         self.task = await database_sync_to_async(actions.get_task)(self.scope["url_route"]["kwargs"]["task_id"])
         self.key = str(self.task.public_id)
+        self.worker_seen: tuple[int | None, dict | None] = (None, None)
 
     @database_sync_to_async
     def read_after(self) -> tuple[dict, list[dict]]:
         actions.settle_if_orphaned(self.task)
+        if self.task.status == Status.QUEUED:
+            actions.explain_waits()  # a queued task no live supervisor serves says so (throttled per process)
         events = actions.read_transcript(self.task, self.since, EVENT_BATCH)
-        state = task_state(self.task)
+        state = task_state(self.task, self.worker_of(self.task.worker_id))
         connection.close_if_unusable_or_obsolete()
         return state, [{"type": "event", **actions.event_data(event)} for event in events]
 
+    def worker_of(self, pk: int | None) -> dict | None:
+        """The supervisor's name and host, looked up once per supervisor (they never change), not on every read."""
+        if pk is None:
+            return None
+        if self.worker_seen[0] != pk:
+            self.worker_seen = (pk, Worker.objects.filter(pk=pk).values("name", "host").first())
+        return self.worker_seen[1]
+
     async def run_pump(self) -> None:
+        """Events, then the state whenever it differs from the last one sent (a wait reason changes without an
+        event), then `end` with the task's real last seq (not a `since` past it)."""
+        sent = None
         while True:
             state, events = await self.read_after()
             for event in events:
                 await self.send_json(event)
                 self.since = event["seq"]
-            if events or state["status"] in TERMINAL_STATUSES:
+            if events or state != sent:
                 await self.send_json({"type": "state", **state})
+                sent = state
             if state["status"] in TERMINAL_STATUSES and len(events) < EVENT_BATCH:
-                await self.send_json({"type": "end", "status": state["status"], "last_seq": self.since})
+                await self.send_json({"type": "end", "status": state["status"], "last_seq": state["last_seq"]})
                 await self.close()
                 return
             if not events:
@@ -214,7 +234,7 @@ class TaskListConsumer(BridgeConsumer):
             "type": "tasks",
             "cursor": latest,
             "tasks": rows,
-            "pending_permissions": len(actions.pending_permissions()),
+            "pending_permissions": PermissionRequest.objects.pending().count(),
             "counts": Task.objects.counts_by_status(),
         }
 

@@ -9,9 +9,11 @@ import importlib.metadata
 import json
 import shutil
 import sqlite3
+from collections.abc import Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from django.conf import settings
@@ -162,3 +164,19 @@ def search(library: SkillLibrary, query: str = "", category: str = "") -> list[S
         if all(word in haystack for word in words):
             found.append(skill)
     return found
+
+
+# Options only one-shot Hermes (`hermes chat`) can take: a task that sets one runs one-shot.
+ONESHOT_ONLY_OPTIONS = ("skills", "toolsets", "max_turns")
+
+
+def run_mode(options: Mapping[str, Any], resume_session_id: str | None) -> str:
+    """`acp` or `oneshot` for a Hermes task, from BRIDGE_HERMES_MODE, its options and what is installed."""
+    mode = settings.BRIDGE_HERMES_MODE
+    if mode in ("acp", "oneshot"):
+        return mode
+    if any(options.get(name) for name in ONESHOT_ONLY_OPTIONS):
+        return "oneshot"
+    if resume_session_id and hermes_session_source(resume_session_id) not in (None, "", "acp"):
+        return "oneshot"  # Hermes' ACP server reopens only the sessions it created itself
+    return "acp" if acp_installed(settings.BRIDGE_HERMES_BIN) else "oneshot"

@@ -6,7 +6,8 @@ jobs/actions/runs.py, `own_usage`), so sums over tasks are sums of money spent, 
 its tasks.
 """
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db.models import Count, F, Sum
@@ -17,6 +18,8 @@ from jobs.models import AgentSession, Task
 
 CHART_WIDTH = 720
 CHART_HEIGHT = 180
+CHART_LEFT = 64  # room for the value axis' labels
+CHART_TOP = 10
 MAX_BAR_WIDTH = 48
 
 
@@ -28,6 +31,18 @@ class Bar:
     y: float
     width: float
     height: float
+
+
+@dataclass
+class Tick:
+    label: str
+    y: float
+
+
+@dataclass
+class Chart:
+    bars: list[Bar] = field(default_factory=list)
+    ticks: list[Tick] = field(default_factory=list)  # the value axis: 0, half way, the top
 
 
 def _tokens(prefix: str = ""):
@@ -63,25 +78,42 @@ def usage_by_session(limit: int = 50) -> list[dict]:
     return list(rows.order_by("-total_cost_usd", "-pk")[:limit])
 
 
-def bar_chart(rows: list[dict], label_key: str, value_key: str) -> list[Bar]:
-    """Bars for a server-side SVG (no JavaScript, no CDN): heights scaled to the largest value."""
+def nice_top(value: float) -> float:
+    """The smallest 1, 2 or 5 times a power of ten at or above `value`, so the axis reads in round numbers."""
+    if value <= 0:
+        return 1.0
+    power = 10 ** math.floor(math.log10(value))
+    return next(step * power for step in (1, 2, 5, 10) if step * power >= value)
+
+
+def axis_label(value: float, money: bool) -> str:
+    if money:  # cents, or as many decimals as a small round value needs ($0.025)
+        places = next((p for p in range(2, 8) if math.isclose(round(value, p), value, abs_tol=1e-12)), 8)
+        return f"${value:,.{places}f}"
+    return f"{value / 1000:g}k" if value >= 10_000 else f"{value:,.0f}"
+
+
+def bar_chart(rows: list[dict], label_key: str, value_key: str, *, money: bool = False) -> Chart:
+    """Bars for a server-side SVG (no JavaScript, no CDN), scaled to a round top that the value axis names."""
     if not rows:
-        return []
-    top = max(float(row[value_key] or 0) for row in rows) or 1.0
-    slot = CHART_WIDTH / len(rows)
+        return Chart()
+    top = nice_top(max(float(row[value_key] or 0) for row in rows))
+    plot_height = CHART_HEIGHT - CHART_TOP
+    slot = (CHART_WIDTH - CHART_LEFT) / len(rows)
     width = max(2.0, min(MAX_BAR_WIDTH, slot * 0.7))
     bars = []
     for i, row in enumerate(rows):
         value = float(row[value_key] or 0)
-        height = (CHART_HEIGHT - 20) * value / top
+        height = plot_height * value / top
         bars.append(
             Bar(
                 label=str(row[label_key]),
                 value=value,
-                x=i * slot + (slot - width) / 2,
+                x=CHART_LEFT + i * slot + (slot - width) / 2,
                 y=CHART_HEIGHT - height,
                 width=width,
                 height=height,
             )
         )
-    return bars
+    ticks = [Tick(axis_label(top * part, money), CHART_HEIGHT - plot_height * part) for part in (0, 0.5, 1)]
+    return Chart(bars, ticks)

@@ -12,22 +12,25 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model, login
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.tokens import default_token_generator
+from django.contrib.staticfiles import finders
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.db.models import Max
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_GET, require_POST
 
-from jobs import actions, auth, doorbell, hbridge, reports
+from jobs import actions, auth, doorbell, executors, hbridge, hermes_skills, reports
 from jobs.errors import BridgeError, InvalidInput
 from jobs.forms import DecisionForm, FollowUpForm, NewTaskForm
-from jobs.models import Task, TaskEvent
-from jobs.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, Source, Status, choices
+from jobs.hints import manage_command
+from jobs.models import PermissionRequest, Task, TaskEvent
+from jobs.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, PermissionMode, Source, Status, choices
 
 SSE_BATCH = 500
 SSE_PRIME = 200  # events a resumed stream re-reads so it does not send a streamed text twice
@@ -43,6 +46,7 @@ def health(request: HttpRequest) -> JsonResponse:
     body = {"status": status, "database": database, "supervisors": len(state.workers), "tasks": state.counts}
     body["pending_permissions"] = state.pending_permissions
     body["workers"] = [actions.worker_data(worker, state.running) for worker in state.workers]  # roots: counts only
+    body["executors"] = [status.as_dict(private=False) for status in executors.executor_report()]  # no paths
     return JsonResponse(body, status=200 if status == "ok" else 503)
 
 
@@ -84,8 +88,8 @@ async def _stream(task: Task, since: int) -> AsyncIterator[bytes]:
             if events:
                 yield _frames(frame for event in events for frame in translator.translate(event))
                 since, last_sent = events[-1]["seq"], time.monotonic()
-            if status in TERMINAL_STATUSES and len(events) < SSE_BATCH:
-                yield _frames(translator.ending(status, task.exit_code, task.error, since))
+            if status in TERMINAL_STATUSES and len(events) < SSE_BATCH:  # the real end, whatever `since` said
+                yield _frames(translator.ending(status, task.exit_code, task.error, task.last_seq))
                 return
             if events:
                 continue
@@ -161,7 +165,8 @@ DASHBOARD_LIMIT = 200
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    """Every task, newest first; rows update live over /ws/tasks/ from the cursor the page was rendered at."""
+    """Every task, newest first; rows update live over /ws/tasks/ from the cursor the page was rendered at. Its cost
+    does not grow with the number of tasks: only the rows shown have their pending permissions counted."""
     status, agent = request.GET.get("status", ""), request.GET.get("agent", "")
     actions.settle_running_tasks()
     tasks = Task.objects.select_related("session").newest_first()
@@ -170,14 +175,15 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     if agent:
         tasks = tasks.filter(agent=agent)
     context = {
-        "tasks": tasks.with_pending_count()[:DASHBOARD_LIMIT],
+        "tasks": tasks.first_with_pending_count(DASHBOARD_LIMIT),
         "cursor": TaskEvent.objects.aggregate(latest=Max("pk"))["latest"] or 0,
-        "pending_permissions": len(actions.pending_permissions()),
+        "pending_permissions": PermissionRequest.objects.pending().count(),
         "counts": Task.objects.counts_by_status(),
         "statuses": list(Status),
         "agents": choices(Agent),
         "status": status,
         "agent": agent,
+        "executors": [status for status in executors.executor_report() if status.ready != executors.YES],
     }
     return render(request, "jobs/dashboard.html", context)
 
@@ -187,13 +193,39 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 def task_page(request: HttpRequest, task_id: str) -> HttpResponse:
     """The live transcript is filled in by static/bridge/task.js from /ws/tasks/<id>/ (replayed from seq 0)."""
     task = actions.get_task(task_id)
+    if task.status == Status.QUEUED:
+        actions.explain_waits()  # so the page says now why it waits, if no live supervisor serves it
+        task.refresh_from_db()
     context = {
         "task": task,
+        "permissions": permissions_label(task),
         "follow_up_form": FollowUpForm(),
         "admin_url": reverse("admin:jobs_task_change", args=[task.pk]),
         "is_terminal": task.is_terminal,
     }
     return render(request, "jobs/task.html", context)
+
+
+def hermes_one_shot(task: Task) -> bool:
+    """Whether a Hermes task runs (or will run) in one-shot mode: as its spawned argv says, else as it would now."""
+    argv = task.events.filter(kind="spawned").newest_first().values_list("data__argv", flat=True).first()
+    if argv:
+        return "chat" in argv
+    return hermes_skills.run_mode(task.options or {}, task.resume_session_id) == "oneshot"
+
+
+def permissions_label(task: Task) -> str:
+    """The permission mode in words that hold for this run: Hermes asks only about edits and risky commands (ACP),
+    and one-shot Hermes has no channel to ask on at all (it runs with --yolo unless asked to approve)."""
+    mode = PermissionMode(task.permission_mode)
+    if task.agent != Agent.HERMES:
+        return mode.label
+    one_shot = hermes_one_shot(task)
+    if mode == PermissionMode.APPROVE and one_shot:
+        return "none relayed: one-shot Hermes cannot ask, so it refuses commands it would ask about"
+    if mode == PermissionMode.APPROVE:
+        return "ask for what Hermes asks about (file edits, risky commands)"
+    return "allow every tool (one-shot Hermes with --yolo)" if one_shot else mode.label
 
 
 @login_required
@@ -216,7 +248,7 @@ def new_task(request: HttpRequest) -> HttpResponse:
         except BridgeError as exc:  # shown on the form, with what was typed kept
             form.add_error(None, exc.message)
         else:
-            messages.success(request, "Task queued.")
+            messages.success(request, "Task queued.", extra_tags="transient")  # the page drops it once it runs
             return redirect("task-page", task_id=task.public_id)
     roots = [str(root) for root in settings.BRIDGE_ALLOWED_ROOTS]
     return render(request, "jobs/new_task.html", {"form": form, "allowed_roots": roots})
@@ -278,12 +310,32 @@ def usage(request: HttpRequest) -> HttpResponse:
         "by_day": by_day,
         "by_directory": reports.usage_by_directory(),
         "by_session": reports.usage_by_session(),
-        "cost_bars": reports.bar_chart(by_day, "day", "cost"),
-        "token_bars": reports.bar_chart(by_day, "day", "tokens"),
+        "cost_chart": reports.bar_chart(by_day, "day", "cost", money=True),
+        "token_chart": reports.bar_chart(by_day, "day", "tokens"),
         "chart_width": reports.CHART_WIDTH,
         "chart_height": reports.CHART_HEIGHT,
+        "chart_left": reports.CHART_LEFT,
     }
     return render(request, "jobs/usage.html", context)
+
+
+# --- login ---------------------------------------------------------------------------------------------------------
+
+
+class LoginView(auth_views.LoginView):
+    """The password form, naming the command that makes an account as it works when pasted (the venv's Python)."""
+
+    template_name = "jobs/login.html"
+
+    def get_context_data(self, **kwargs) -> dict:
+        return {**super().get_context_data(**kwargs), "createsuperuser": manage_command("createsuperuser")}
+
+
+@require_GET
+def favicon(request: HttpRequest) -> FileResponse:
+    """/favicon.ico, which browsers ask for on their own: the icon the pages link to."""
+    path = finders.find("bridge/favicon.ico")
+    return FileResponse(open(path, "rb"), content_type="image/x-icon")  # noqa: SIM115 - FileResponse closes it
 
 
 # --- one-time login link ------------------------------------------------------------------------------------------

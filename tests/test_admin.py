@@ -1,11 +1,16 @@
 """History in the Django admin: search, filters, read-only records, cancel through actions, tokens shown once."""
 
+import html
+import json
 import re
 
 import pytest
 from django.test import Client
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jobs import actions, auth
+from jobs.admin import money
 from jobs.models import ApiToken, TaskEvent
 from tests.support import make_task
 
@@ -72,3 +77,22 @@ def test_a_token_made_in_the_admin_is_shown_once_and_can_be_revoked(work_root, a
     assert shown.group(1) not in admin_client_.get(f"/admin/jobs/apitoken/{row.pk}/change/").content.decode()
     admin_client_.post("/admin/jobs/apitoken/", {"action": "revoke_tokens", "_selected_action": [row.pk]})
     assert auth.verify_token(shown.group(1)) is None
+
+
+@given(st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False))
+def test_costs_read_without_float_noise(value):
+    """Issue 13.12: 0.1 + 0.2 showed as $0.30000000000000004; a cost shows at most 6 decimals and at least cents."""
+    text = money(value)
+    whole, fraction = text.removeprefix("$").split(".")
+    assert 2 <= len(fraction) <= 6 and (len(fraction) == 2 or not fraction.endswith("0"))
+    assert float(f"{whole}.{fraction}") == pytest.approx(value, abs=5e-7)
+    assert money(0.1 + 0.2) == "$0.30" and money(None) == "–"
+
+
+def test_clipped_event_data_is_json_not_a_python_repr(work_root, admin_client_):
+    task = make_task("say hi")
+    content = [{"text": "it's done"}, {"text": "and a list"}]  # one key each: PostgreSQL orders keys
+    actions.append_events(task, [("tool_result", {"content": content, "is_error": False}), ("odd", {"flag": None})])
+    page = admin_client_.get(f"/admin/jobs/taskevent/?task__id__exact={task.pk}").content.decode()
+    assert html.escape(json.dumps(content)) in page and html.escape('{"flag": null}') in page
+    assert "&#x27;text&#x27;" not in page and "None" not in page

@@ -20,6 +20,25 @@ from tests.e2e import BridgeServer
 from tests.fakes.anthropic_server import FakeAnthropic, error, text, tool_use
 from tests.support import FAKES, skip_or_fail
 
+FIXTURES = Path(__file__).parent / "fixtures"
+# A stand-in for `hermes acp` that replays a recorded ACP transcript (tests/fixtures/hermes/, named by the file
+# `.replay` in its working directory): it waits for each line Bridge sends where Hermes did, and answers with what
+# Hermes answered, so the real supervisor and ACP runner drive it, and a permission waits for the page's answer.
+REPLAY_HERMES = """
+import json, sys
+from pathlib import Path
+if "--version" in sys.argv:
+    print("Hermes Agent v0.19.0")
+    sys.exit(0)
+for raw in Path(sys.argv[1], Path(".replay").read_text().strip()).read_text().splitlines():
+    record = json.loads(raw)
+    if record["dir"] == "out" and not sys.stdin.readline():
+        sys.exit(0)
+    if record["dir"] == "in":
+        print(json.dumps(record["msg"]), flush=True)
+sys.stdin.read()
+"""
+
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM_ARGS = [
@@ -76,7 +95,13 @@ def bridge(tmp_path_factory):
     agent = root / "fake-claude"
     agent.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_claude.py"}" "$@"\n')
     agent.chmod(0o755)
-    with BridgeServer(root, "http://127.0.0.1:9", str(agent), {"BRIDGE_KILL_GRACE_S": "1"}) as server:
+    (root / "replay_hermes.py").write_text(REPLAY_HERMES)
+    hermes = root / "hermes"
+    replay = f'"{sys.executable}" "{root / "replay_hermes.py"}" "{FIXTURES / "hermes"}"'
+    hermes.write_text(f'#!/bin/sh\nexec {replay} "$@"\n')
+    hermes.chmod(0o755)
+    env = {"BRIDGE_KILL_GRACE_S": "1", "BRIDGE_HERMES_BIN": str(hermes), "BRIDGE_HERMES_MODE": "acp"}
+    with BridgeServer(root, "http://127.0.0.1:9", str(agent), env) as server:
         yield server
 
 
@@ -110,9 +135,10 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
-def new_task(page, bridge: BridgeServer, prompt: str, cwd: Path | None = None) -> str:
+def new_task(page, bridge: BridgeServer, prompt: str, cwd: Path | None = None, agent: str = "claude") -> str:
     """Fill the new-task form; returns the task id from the page it lands on."""
     page.goto(bridge.url + "/tasks/new")
+    page.select_option("select[name=agent]", agent)
     page.fill("textarea[name=prompt]", prompt)
     if cwd is not None:
         page.fill("input[name=cwd]", str(cwd))
@@ -323,6 +349,143 @@ def test_output_reaches_the_page_quickly(page, bridge):
     assert median < 1000, report
 
 
+# --- issue 13: what the task page says -------------------------------------------------------------------------
+
+
+def hermes_task(page, bridge: BridgeServer, fixture: str, prompt: str) -> str:
+    cwd = workdir(bridge, fixture)
+    (cwd / ".replay").write_text(f"{fixture}.jsonl")
+    return new_task(page, bridge, prompt, cwd, agent="hermes")
+
+
+def transcript_text(page) -> str:
+    return page.locator("#transcript").inner_text()
+
+
+def test_a_hermes_task_reads_as_words_and_its_question_as_what_it_asks(page, bridge):
+    """13.8: no "model undefined", no raw agent_info, no "Result (undefined) after ? turns", the answer once, the
+    card titled with Hermes' own question and no edited-input option (ACP cannot change a tool's input)."""
+    hermes_task(page, bridge, "acp_perm_allow", "Write a.txt")
+    expect()(card(page).locator(".state")).to_have_text("pending")
+    expect()(card(page).locator("strong")).to_have_text("Hermes Agent asks: Approve edit: a.txt")
+    expect()(card(page).locator("details.edit")).to_be_hidden()
+    card(page).locator("button.allow").click()
+    expect()(card(page).locator(".decision")).to_contain_text("allowed by user:admin via web")
+    expect()(page.locator("#status")).to_have_text("done")
+    text = transcript_text(page)
+    assert "hermes-agent 0.19.0 is ready (Agent Client Protocol 1)" in text
+    assert re.search(r"Agent session [0-9a-f-]{36} started \(mode default\)", text)
+    assert "The agent's turn finished" in text
+    assert 'Hermes Agent asked: Approve edit: a.txt\n"Approve edit: a.txt": allowed by user:admin via web' in text
+    for wrong in ("undefined", "agent_info", "? turns", "{"):
+        assert wrong not in text, (wrong, text)
+    expect()(page.locator(".entry.assistant")).to_have_count(1)
+    expect()(page.locator(".entry.assistant")).to_have_text("Wrote it.")
+    expect()(page.locator("#tokens")).to_have_text("200 / 3")
+    expect()(page.locator("#permission-mode")).to_contain_text("ask for what Hermes asks about")
+    shot(page, "task-hermes")
+
+
+def test_hermes_tool_output_is_rendered_not_shown_as_markdown(page, bridge):
+    hermes_task(page, bridge, "acp_terminal", "Write hi into t.txt with the terminal.")
+    expect()(page.locator("#status")).to_have_text("done")
+    output = page.locator(".entry.tool .tool-output")
+    expect()(output.locator("strong")).to_have_text("exit_code:")
+    expect()(output.locator("li")).to_have_text("exit_code: 0")
+    assert "**" not in output.inner_text()
+    expect()(page.locator(".entry.assistant")).to_have_text("Ran it.")
+    page.locator(".entry.tool summary").click()
+    shot(page, "task-hermes-tool")
+
+
+def test_a_resumed_hermes_session_shows_its_history_by_speaker(page, bridge):
+    """13.8: the history a resumed ACP session replays came as one raw line per chunk, glued together."""
+    first = hermes_task(page, bridge, "acp_plain", "Say hello")
+    expect()(page.locator("#status")).to_have_text("done")
+    (bridge.work / "acp_plain" / ".replay").write_text("acp_resume2.jsonl")
+    page.fill("#follow-up textarea", "And again")
+    page.click("#follow-up-submit")
+    page.wait_for_url(re.compile(r"/tasks/[0-9a-f-]{36}/$"))
+    assert first not in page.url
+    expect()(page.locator("#status")).to_have_text("done")
+    history = page.locator(".entry.history")
+    history.locator("summary").click()
+    expect()(history.locator(".history-turn")).to_have_text(["You: Say hello", "Hermes Agent: First answer."])
+    expect()(page.locator(".entry.assistant")).to_have_text("Second answer.")
+    assert "history:" not in transcript_text(page)
+    assert re.search(r"Agent session [0-9a-f-]{36} resumed", transcript_text(page))
+
+
+def test_a_cancelled_claude_task_shows_no_protocol_lines_and_its_tokens(page, bridge):
+    """13.9: no raw control_response line, tokens next to the cost, the end of the turn in words."""
+    new_task(page, bridge, "sleep 60")
+    expect()(page.locator("#transcript")).to_contain_text("Process")
+    page.click("#cancel")
+    expect()(page.locator("#status")).to_have_text("cancelled")
+    expect()(page.locator("#transcript")).to_contain_text("The agent's turn stopped during execution after 1 turn")
+    text = transcript_text(page)
+    assert "control_response" not in text and "Result (" not in text
+    expect()(page.locator("#tokens")).to_have_text("100 / 50")
+
+
+def test_a_failed_claude_turn_says_it_ended_with_an_error(page, bridge):
+    new_task(page, bridge, "error the API is out of credits")
+    expect()(page.locator("#status")).to_have_text("failed")
+    expect()(page.locator(".entry.error").last).to_have_text("The agent's turn ended with an error after 1 turn")
+    assert "success, error" not in transcript_text(page)
+
+
+def test_the_tool_call_shows_the_input_that_was_allowed(page, bridge):
+    """13.9: after "Allow with edited input" the tool card showed the agent's original input."""
+    cwd = workdir(bridge, "edited-card")
+    new_task(page, bridge, 'ask Bash {"command": "touch original.txt"}\nsay finished', cwd)
+    card(page).locator("details.edit summary").click()
+    card(page).locator("textarea.edited").fill(json.dumps({"command": "touch edited.txt"}))
+    card(page).locator("button.allow-edited").click()
+    expect()(page.locator("#status")).to_have_text("done")
+    tool = page.locator(".entry.tool")
+    expect()(tool.locator("summary")).to_contain_text("input edited before it ran")
+    expect()(tool.locator(".tool-input")).to_contain_text("touch edited.txt")
+    assert "original.txt" not in tool.locator(".tool-input").inner_text()
+
+
+def test_a_question_left_open_by_an_ended_task_offers_no_answer_and_says_why(page, bridge):
+    """13.7: the agent ignores the interrupt and is killed with its question open; the card says who closed it
+    and why, as recorded, and offers no Allow/Deny that could reach no one."""
+    task_id = new_task(page, bridge, 'deaf\nask Bash {"command": "touch never.txt"}\nsay never')
+    expect()(card(page).locator(".state")).to_have_text("pending")
+    page.click("#cancel")
+    expect()(page.locator("#status")).to_have_text("cancelled")
+    expect()(card(page).locator("button.allow")).to_be_hidden()
+    expect()(card(page).locator("button.deny")).to_be_hidden()
+    [recorded] = [e["data"]["data"] for e in bridge.stream(task_id) if e["event"] == "permission_decision"]
+    assert (recorded["status"], recorded["decided_via"]) == ("cancelled", "supervisor") and recorded["message"]
+    expected = f"cancelled by {recorded['decided_by'] or 'Bridge'} — {recorded['message']}"
+    expect()(card(page).locator(".decision")).to_have_text(expected)
+    assert "withdrew" not in expected
+    shot(page, "task-question-closed")
+
+
+def test_a_finished_page_drops_task_queued(page, bridge):
+    new_task(page, bridge, "say quick")
+    expect()(page.locator("#status")).to_have_text("done")
+    expect()(page.locator(".message", has_text="Task queued.")).to_have_count(0)
+
+
+def test_the_dashboard_counts_cancelled_tasks_live(context, bridge):
+    dashboard = context.new_page()
+    dashboard.goto(bridge.url + "/")
+    expect()(dashboard.locator("#live")).to_have_text("live")
+    before = int(dashboard.locator("#count-cancelled").inner_text())
+    page = context.new_page()
+    new_task(page, bridge, "sleep 60")
+    page.click("#cancel")
+    expect()(page.locator("#status")).to_have_text("cancelled")
+    expect()(dashboard.locator("#count-cancelled")).to_have_text(str(before + 1))
+    page.close()
+    dashboard.close()
+
+
 # --- the real Claude Code CLI ------------------------------------------------------------------------------------
 
 
@@ -336,17 +499,27 @@ def real_bridge(tmp_path_factory):
         yield server
 
 
-def test_real_claude_code_asks_and_answers_in_the_browser(playwright_api, real_bridge, tmp_path):
+@pytest.fixture(scope="module")
+def real_context(playwright_api, real_bridge, tmp_path_factory):
+    """One browser for the real-CLI tests: the login link works once."""
+    ctx = start_browser(playwright_api, tmp_path_factory.mktemp("real-profile"))
+    ctx.set_default_timeout(30_000)
+    page = ctx.new_page()
+    page.goto(login_link(real_bridge))
+    page.wait_for_url(real_bridge.url + "/")
+    page.close()
+    yield ctx
+    ctx.close()
+
+
+def test_real_claude_code_asks_and_answers_in_the_browser(real_context, real_bridge):
     real_bridge.fake.push(
         error(529, "overloaded"),
         tool_use("Bash", {"command": "touch from-claude.txt", "description": "make a file"}),
         text("I created from-claude.txt."),
     )
-    ctx = start_browser(playwright_api, tmp_path / "profile")
-    ctx.set_default_timeout(30_000)
+    page = real_context.new_page()
     try:
-        page = ctx.new_page()
-        page.goto(login_link(real_bridge))
         cwd = workdir(real_bridge, "real")
         new_task(page, real_bridge, "Create from-claude.txt.", cwd)
         expect()(page.locator(".entry.warning")).to_contain_text("API error, retrying (attempt 1 of 1")
@@ -358,4 +531,35 @@ def test_real_claude_code_asks_and_answers_in_the_browser(playwright_api, real_b
         assert (cwd / "from-claude.txt").exists()
         shot(page, "task-real-claude")
     finally:
-        ctx.close()
+        page.close()
+
+
+def test_the_readme_screenshot_of_a_task_waiting_for_a_decision(real_context, real_bridge):
+    """docs/task-page.png, as the README shows it: the real CLI, a real-looking task, a question waiting for a
+    person. Written to tests/artifacts/readme-task-page.png; copy it to docs/ when the page's look changes."""
+    cwd = workdir(real_bridge, "greeter")
+    (cwd / "Makefile").write_text("test:\n\t.venv/bin/python -m pytest -q\n")
+    (cwd / "CONTRIBUTING.md").write_text("# Contributing\n\nOpen an issue first.\n")
+    look = "grep -n -A1 '^test:' Makefile"
+    line = "- Run the tests with `make test` (it runs .venv/bin/python -m pytest -q)."
+    command = f"echo '{line}' >> CONTRIBUTING.md"
+    real_bridge.fake.push(
+        tool_use("Bash", {"command": look, "description": "Find how the tests are run"}),
+        tool_use("Bash", {"command": command, "description": "Say in CONTRIBUTING.md how to run the tests"}),
+        text("CONTRIBUTING.md now says to run the tests with `make test`, as the Makefile does."),
+    )
+    page = real_context.new_page()
+    try:
+        prompt = "Add a line to CONTRIBUTING.md saying how to run the tests, the way the Makefile runs them."
+        new_task(page, real_bridge, prompt, cwd)
+        expect()(card(page).locator(".state")).to_have_text("pending")
+        expect()(card(page)).to_contain_text(">> CONTRIBUTING.md")
+        expect()(page.locator(".entry.tool .tool-output").first).to_contain_text(".venv/bin/python -m pytest -q")
+        expect()(page.locator("#status")).to_have_text("running")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "readme-task-page.png"))
+        card(page).locator("button.allow").click()
+        expect()(page.locator("#status")).to_have_text("done")
+        assert (cwd / "CONTRIBUTING.md").read_text().endswith(line + "\n")
+    finally:
+        page.close()

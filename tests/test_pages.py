@@ -3,11 +3,17 @@
 import re
 
 import pytest
-from django.test import Client
+from django.contrib.auth.models import AnonymousUser
+from django.contrib.sessions.backends.db import SessionStore
+from django.db import connection
+from django.test import Client, RequestFactory
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils.html import escape
 
-from jobs import actions
+from jobs import actions, views
 from jobs.auth import login_link_path
+from jobs.hints import manage_command
 from jobs.models import PermissionRequest, Task, TaskEvent
 from jobs.vocabulary import Source
 from tests.support import make_task
@@ -211,3 +217,112 @@ def test_usage_page_sums_cost_per_day_and_directory(work_root, browser):
     page = browser.get(reverse("usage")).content.decode()
     assert "$0.7500" in page and str(work_root / "a") in page and "220" in page
     assert page.count('class="bar"') == 2  # one bar per chart for the one day
+
+
+# --- issue 13.12 / 13.5: what a newcomer sees ------------------------------------------------------------------
+
+
+def test_the_dashboard_has_a_tile_for_every_way_a_task_ends(work_root, browser):
+    for _ in range(2):
+        actions.request_cancel(make_task("stopped"))
+    make_task("waiting")
+    page = browser.get("/").content.decode()
+    assert re.search(r'id="count-cancelled">2<', page) and re.search(r'id="count-queued">1<', page)
+    assert re.search(r'id="count-lost">0<', page)
+
+
+def test_the_dashboard_counts_pending_permissions_only_for_the_rows_it_shows(work_root, browser):
+    """Issue 12: the same number of queries for 3 tasks as for 30, and each row's badge still right."""
+    task, _ = task_with_question()
+    actions.record_permission_request(task, request_id="req-2", tool_name="Bash", tool_input={"command": "ls"})
+    make_task("no questions")
+    with CaptureQueriesContext(connection) as few:
+        page = browser.get("/").content.decode()
+    assert re.search(rf'id="task-{task.public_id}".*?2 to approve', page, re.S)
+    assert page.count("to approve</span>") == 1 and re.search(r'id="pending-permissions">2<', page)
+    for i in range(30):
+        make_task(f"filler {i}")
+    with CaptureQueriesContext(connection) as many:
+        browser.get("/")
+    assert len(many) == len(few), [q["sql"] for q in many]
+    assert not [q["sql"] for q in many if 'JOIN "jobs_permissionrequest"' in q["sql"]]  # no count over every task
+
+
+def test_the_login_page_names_a_createsuperuser_command_that_works_as_printed(work_root):
+    request = RequestFactory().get("/login/")
+    request.user = AnonymousUser()
+    request.session = SessionStore()
+    page = views.LoginView.as_view()(request).render().content.decode()
+    assert escape(manage_command("createsuperuser")) in page and "python manage.py" not in page
+
+
+def test_the_favicon_is_served(work_root):
+    response = views.favicon(RequestFactory().get("/favicon.ico"))
+    body = b"".join(response.streaming_content)
+    assert response.status_code == 200 and response["Content-Type"] == "image/x-icon"
+    assert body[:4] == b"\x00\x00\x01\x00"  # an ICO header
+
+
+def test_every_page_links_its_icon(work_root, browser):
+    assert 'rel="icon" href="/static/bridge/favicon.ico"' in browser.get("/").content.decode()
+
+
+def test_task_queued_is_a_message_the_page_drops_once_the_task_runs(work_root, browser):
+    response = browser.post("/tasks/new", {"agent": "claude", "prompt": "say hi", "permission_mode": "approve"})
+    page = browser.get(response["Location"]).content.decode()
+    assert re.search(r'<li class="message transient success">Task queued.</li>', page)
+
+
+# --- issue 10: where a task runs, or why it waits -------------------------------------------------------------
+
+
+def test_the_task_page_says_why_a_queued_task_waits_and_its_target(work_root, browser):
+    task = make_task("say hi", target="gpu-box")
+    page = browser.get(f"/tasks/{task.public_id}/").content.decode()
+    assert re.search(r'id="target">gpu-box<', page)
+    assert re.search(r'id="wait-reason" class="message waiting" >Waiting: <span>no live supervisor is running', page)
+    assert re.search(r'id="worker">–<', page)
+
+
+def test_the_task_page_names_the_supervisor_that_runs_it(work_root, browser):
+    task = make_task("say hi")
+    worker = actions.register_worker(1, name="build-1")
+    assert actions.claim_next_task(worker).pk == task.pk
+    page = browser.get(f"/tasks/{task.public_id}/").content.decode()
+    assert f'id="worker">build-1 <span class="muted">on {worker.host}</span>' in page
+    assert re.search(r'id="wait-reason"[^>]*hidden', page)
+    assert "any supervisor that serves its directory" in page
+
+
+# --- issue 13.8: one-shot Hermes cannot relay permission questions ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mode, spawned, words",
+    [
+        ("approve", ["python", "hermes_launch.py", "hermes", "chat", "-Q"], "one-shot Hermes cannot ask"),
+        ("bypass", ["python", "hermes_launch.py", "hermes", "chat", "-Q", "--yolo"], "one-shot Hermes with --yolo"),
+        ("approve", ["hermes", "acp"], "ask for what Hermes asks about (file edits, risky commands)"),
+        ("bypass", ["hermes", "acp"], "allow every tool (recorded as policy)"),
+        ("approve", None, "one-shot Hermes cannot ask"),  # not spawned yet: as it would run now
+    ],
+)
+def test_a_hermes_tasks_permissions_say_what_its_mode_can_do(work_root, browser, settings, mode, spawned, words):
+    settings.BRIDGE_HERMES_MODE = "oneshot" if spawned is None else "acp"
+    task = make_task("say hi", agent="hermes", permission_mode=mode)
+    if spawned:
+        actions.append_events(task, [("spawned", {"pid": 1, "argv": spawned})])
+    page = browser.get(f"/tasks/{task.public_id}/").content.decode()
+    assert re.search(rf'id="permission-mode">[^<]*{re.escape(words)}', page), page
+
+
+def test_health_and_the_dashboard_say_when_an_executor_cannot_run(browser, settings, tmp_path, work_root):
+    settings.BRIDGE_CLAUDE_BIN = str(tmp_path / "no-such-claude")
+
+    health = Client().get("/health").json()
+    dashboard = browser.get(reverse("dashboard")).content.decode()
+
+    [claude] = [executor for executor in health["executors"] if executor["agent"] == "claude"]
+    assert claude == {"agent": "claude", "found": False, "version": None, "ready": "no", "problems": 1}
+    assert str(tmp_path) not in str(health), "the open /health names no path"
+    assert "claude cannot run" in dashboard and "Fix: " in dashboard

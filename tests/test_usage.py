@@ -8,6 +8,7 @@ end-to-end test runs the real CLI against the scripted fake Anthropic server on 
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import sqlite3
@@ -17,6 +18,8 @@ import pytest
 from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jobs import actions, reports
 from jobs.models import AgentSession, Task
@@ -237,15 +240,37 @@ def test_admin_shows_each_tasks_own_cost_and_the_session_total(work_root, worker
     session = AgentSession.objects.get()
 
     listing = signed_in.get("/admin/jobs/agentsession/").content.decode()
-    assert "$1.500000" in listing and '<td class="field-task_count">3</td>' in listing
+    assert "$1.50<" in listing and '<td class="field-task_count">3</td>' in listing
     detail = signed_in.get(f"/admin/jobs/agentsession/{session.pk}/change/").content.decode()
-    assert all(cost in detail for cost in ("$0.500000", "$0.250000", "$0.750000"))
+    assert all(f"{cost}<" in detail for cost in ("$0.50", "$0.25", "$0.75"))
 
     tasks_listing = signed_in.get("/admin/jobs/task/").content.decode()
-    assert tasks_listing.count("$0.250000") == 1 and "$1.500000" not in tasks_listing
+    assert tasks_listing.count("$0.25<") == 1 and "$1.50" not in tasks_listing
     change = signed_in.get(f"/admin/jobs/task/{tasks[-1].pk}/change/").content.decode()
-    assert "$0.750000" in change and "$1.500000 over" in change and "3 task(s) of its session" in change
-    assert "running total $1.500000; minus $0.750000" in change
+    assert "$0.75<" in change and "$1.50 over" in change and "3 task(s) of its session" in change
+    assert "running total $1.50; minus $0.75" in change
+
+
+@given(st.floats(min_value=1e-6, max_value=1e9, allow_nan=False))
+def test_the_value_axis_tops_out_at_a_round_number_above_the_largest_bar(value):
+    top = reports.nice_top(value)
+    assert value <= top < value * 10 + 1e-9
+    mantissa = top / 10 ** math.floor(math.log10(top) + 1e-9)
+    assert any(math.isclose(mantissa, step) for step in (1, 2, 5, 10))
+
+
+@pytest.mark.django_db
+def test_the_usage_charts_name_their_values(work_root, signed_in):
+    """Issue 13.12: the charts had no axis values; each now names 0, half way and its top, in its unit."""
+    for cost, tokens in ((0.42, 1200), (0.07, 300)):
+        task = make_task("say hi")
+        Task.objects.filter(pk=task.pk).update(cost_usd=cost, input_tokens=tokens, output_tokens=0)
+    page = signed_in.get(reverse("usage")).content.decode()
+    values = re.findall(r'class="tick value"[^>]*>([^<]+)<', page)
+    assert values == ["$0.00", "$0.25", "$0.50", "0", "1,000", "2,000"], values
+    bar = re.search(r'<rect x="[\d.]+" y="([\d.]+)" width="[\d.]+" height="([\d.]+)"', page)
+    top = reports.CHART_HEIGHT - reports.CHART_TOP
+    assert float(bar.group(2)) == pytest.approx(top * 0.49 / 0.5, abs=0.1)  # the day's $0.49 against the $0.50 top
 
 
 # --- end to end: the real Claude Code CLI -----------------------------------------------------------------------

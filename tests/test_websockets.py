@@ -1,6 +1,7 @@
 """Websockets: replay from a seq then live events, no gap when the channel layer drops rings, auth and Origin."""
 
 import asyncio
+import json
 import logging
 import os
 import random
@@ -14,7 +15,7 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import connection
-from django.test import Client
+from django.test import AsyncClient, Client
 
 from bridge.asgi import application
 from jobs import actions, doorbell
@@ -382,3 +383,65 @@ def test_any_frame_a_client_sends_is_answered_and_the_socket_stays_open(work_roo
 
     run(body)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], "no traceback for a client's odd frame"
+
+
+@pytest.mark.parametrize("since", [4, 5, 50])
+def test_the_end_reports_the_real_last_seq_whatever_since_said(work_root, token, since):
+    """Issue 13.12: a `since` past the end was echoed back as `last_seq`; websocket and SSE both give the real one."""
+    task = make_task("say hi")
+    append_texts(task, ["a", "b"])
+    actions.request_cancel(task, reason="test")  # seqs 1..4
+
+    async def body():
+        ws = communicator(f"/ws/tasks/{task.public_id}/?since={since}", bearer(token))
+        assert (await ws.connect())[0]
+        messages = []
+        while not messages or messages[-1]["type"] != "end":
+            messages.append(await ws.receive_json_from(timeout=10))
+        assert messages[-1] == {"type": "end", "status": "cancelled", "last_seq": 4}
+        assert not [m for m in messages if m["type"] == "event"]
+        response = await AsyncClient().get(
+            "/v1/task/output/stream", {"task_id": str(task.public_id), "since": since}, headers=auth_header(token)
+        )
+        stream = b"".join([chunk async for chunk in response.streaming_content]).decode()
+        [end] = [json.loads(line[6:]) for line in stream.splitlines() if line.startswith('data: {"type": "end"')]
+        assert end["last_seq"] == 4
+
+    run(body)
+
+
+def test_the_state_says_where_a_task_runs_or_why_it_waits(work_root, token):
+    """Issue 10: the task's target, why a queued task waits (no live supervisor serves it) and, once claimed, the
+    supervisor that runs it; a changed reason is sent without any new event."""
+    task = make_task("say hi", target="gpu-box")
+
+    async def body():
+        ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token))
+        assert (await ws.connect())[0]
+        state = await next_state(ws, lambda s: s["wait_reason"])
+        assert state["target"] == "gpu-box" and state["worker"] is None
+        assert "no live supervisor is running" in state["wait_reason"]
+        await database_sync_to_async(claim_by_a_new_worker)(task)
+        state = await next_state(ws, lambda s: s["worker"])
+        assert state["status"] == "running" and state["wait_reason"] == ""
+        assert state["worker"] == {"name": "gpu-box", "host": socket.gethostname()}
+        await ws.disconnect()
+
+    run(body)
+
+
+async def next_state(ws: WebsocketCommunicator, wanted, timeout: float = 10) -> dict:
+    while True:
+        message = await ws.receive_json_from(timeout=timeout)
+        if message["type"] == "state" and wanted(message):
+            return message
+
+
+def claim_by_a_new_worker(task) -> None:
+    worker = actions.register_worker(1, name="gpu-box")
+    claimed = actions.claim_next_task(worker)
+    assert claimed is not None and claimed.pk == task.pk
+
+
+def auth_header(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}

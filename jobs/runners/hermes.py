@@ -14,14 +14,13 @@ from pathlib import Path
 
 from django.conf import settings
 
-from jobs.hermes_skills import acp_installed, hermes_executable, hermes_session_source
+from jobs.hermes_skills import ONESHOT_ONLY_OPTIONS, hermes_executable, run_mode
 from jobs.runners.acp import AcpRunner
 from jobs.runners.base import Decision, Outcome, Runner, RunSpec, Step, child_env
 from jobs.vocabulary import PermissionMode, Status
 
 SESSION_ID_RE = re.compile(r"^session_id:\s*(\S+)\s*$", re.MULTILINE)
 DEFAULT_MAX_TURNS = 90  # Hermes' own default
-ONESHOT_ONLY_OPTIONS = ("skills", "toolsets", "max_turns")
 LAUNCHER = Path(__file__).with_name("hermes_launch.py")
 # pip's second line when the interpreter's path is too long (or spaced) for a #! line: '''exec' "<python>" "$0" "$@"
 PIP_TRAMPOLINE_RE = re.compile(r"""^'''exec' "?(.+?)"? "\$0" "\$@"$""")
@@ -76,15 +75,8 @@ def script_interpreter(script: Path) -> list[str] | None:
 
 
 def hermes_mode(spec: RunSpec) -> str:
-    """`acp` or `oneshot` for this task, from BRIDGE_HERMES_MODE and what is installed."""
-    mode = settings.BRIDGE_HERMES_MODE
-    if mode in ("acp", "oneshot"):
-        return mode
-    if any(spec.options.get(name) for name in ONESHOT_ONLY_OPTIONS):
-        return "oneshot"
-    if spec.resume_session_id and hermes_session_source(spec.resume_session_id) not in (None, "", "acp"):
-        return "oneshot"  # Hermes' ACP server reopens only the sessions it created itself
-    return "acp" if acp_installed(settings.BRIDGE_HERMES_BIN) else "oneshot"
+    """`acp` or `oneshot` for this task (jobs/hermes_skills.py decides; the task page shows the same)."""
+    return run_mode(spec.options, spec.resume_session_id)
 
 
 class HermesAcpRunner(AcpRunner):

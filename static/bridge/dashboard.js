@@ -24,9 +24,10 @@
       else body.prepend(fresh);
     }
     document.getElementById("pending-permissions").textContent = message.pending_permissions;
-    for (const status of ["queued", "running", "done", "failed"]) {
+    for (const status of ["queued", "running", "done", "failed", "cancelled"]) {
       document.getElementById(`count-${status}`).textContent = message.counts[status];
     }
+    document.getElementById("count-lost").textContent = message.counts.timeout + message.counts.orphaned;
     document.getElementById("empty").hidden = body.children.length > 0;
     Bridge.tickElapsed(body);
   }

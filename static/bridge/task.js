@@ -4,12 +4,16 @@
 (function () {
   const root = document.getElementById("task");
   const taskId = root.dataset.taskId;
+  const agentName = root.dataset.agentName;
+  const acp = root.dataset.agent === "hermes"; // ACP asks by title, cannot edit input, and writes markdown
   const transcript = document.getElementById("transcript");
   const cards = document.getElementById("permissions");
   const messages = {}; // message_id -> {el, streamed, finals}
   const tools = {}; // tool_use id -> <details>
-  const liveTokens = { input: 0, output: 0 }; // summed from usage events until the task's own totals are known
-  let anonymous = 0; // text without a message id (ACP agents): deltas up to the next other event are one message
+  const editedInputs = {}; // tool_use id -> the input a person allowed instead of the agent's
+  const liveTokens = { input: 0, output: 0, seen: false }; // from usage events until the task's totals are known
+  const resultTokens = { input: 0, output: 0, seen: false }; // from the agent's result, if it reported usage
+  let openMessage = null; // text without a message id (ACP agents): streamed until its final `text` event
   let lastSeq = 0;
   let state = null;
 
@@ -36,33 +40,120 @@
   }
 
   function assistantText(event, isFinal) {
-    const id = event.data.message_id || `anon-${anonymous}`;
-    let msg = messages[id];
+    const id = event.data.message_id;
+    let msg = id ? messages[id] : openMessage;
     if (!msg) {
-      msg = messages[id] = { el: add(el("div", "entry assistant"), event.seq), streamed: "", finals: [] };
+      msg = { el: add(el("div", "entry assistant"), event.seq), streamed: "", finals: [] };
+      if (id) messages[id] = msg;
+      else openMessage = msg;
     }
     if (isFinal) {
       msg.finals.push(event.data.text);
       msg.el.textContent = msg.finals.join("\n\n");
+      if (!id) openMessage = null; // the next text is another message
     } else if (!msg.finals.length) {
       msg.streamed += event.data.text;
       msg.el.textContent = msg.streamed;
     }
   }
 
+  // Plain lines of a one-shot agent's answer: one block, its lines kept apart.
+  function outputLine(event) {
+    const last = transcript.lastElementChild;
+    if (last?.classList.contains("output")) {
+      last.textContent += `\n${event.data.text}`;
+      return last;
+    }
+    return add(el("div", "entry assistant output", event.data.text), event.seq);
+  }
+
+  // A resumed ACP session replays its history chunk by chunk: one block per speaker.
+  function historyChunk(event) {
+    const who = event.data.update === "user_message_chunk" ? "You" : agentName;
+    let box = transcript.lastElementChild;
+    if (!box?.classList.contains("history")) {
+      box = el("details", "entry history");
+      box.append(el("summary", "", "Earlier in this session"));
+      add(box, event.seq);
+    }
+    let turn = box.lastElementChild;
+    if (turn.dataset.who !== who) {
+      turn = el("p", "history-turn");
+      turn.dataset.who = who;
+      turn.append(el("strong", "", `${who}: `), el("span", "", ""));
+      box.append(turn);
+    }
+    turn.lastElementChild.textContent += event.data.text || "";
+    return box;
+  }
+
+  // The little markdown agents put in tool output (bold, code, bullets, headings, fenced blocks), built as elements:
+  // never innerHTML. Text that has none of it stays preformatted.
+  const MARKDOWN = /\*\*|^#+ |^\s*[-*] |^```/m;
+
+  function markdown(text, className) {
+    const box = el("div", `${className} markdown`);
+    let list = null;
+    let fence = null;
+    for (const raw of text.split("\n")) {
+      if (raw.startsWith("```")) {
+        fence = fence ? null : box.appendChild(el("pre", "", ""));
+        continue;
+      }
+      if (fence) {
+        fence.textContent += `${fence.textContent ? "\n" : ""}${raw}`;
+        continue;
+      }
+      const bullet = /^\s*[-*] (.*)$/.exec(raw);
+      const heading = /^#+ (.*)$/.exec(raw);
+      if (bullet) {
+        if (!list) box.append((list = el("ul")));
+        list.append(inline(el("li"), bullet[1]));
+        continue;
+      }
+      list = null;
+      if (heading) box.append(inline(el("p", "heading"), heading[1]));
+      else if (raw.trim()) box.append(inline(el("p"), raw));
+    }
+    return box;
+  }
+
+  function inline(node, text) {
+    for (const part of text.split(/(\*\*[^*]+\*\*|`[^`]+`)/)) {
+      if (part.startsWith("**") && part.endsWith("**") && part.length > 4) node.append(el("strong", "", part.slice(2, -2)));
+      else if (part.startsWith("`") && part.endsWith("`") && part.length > 2) node.append(el("code", "", part.slice(1, -1)));
+      else if (part) node.append(part);
+    }
+    return node;
+  }
+
+  function toolText(text, className) {
+    return acp && MARKDOWN.test(text || "") ? markdown(text, className) : el("pre", className, text || "(no output)");
+  }
+
   function toolUse(event) {
     const box = el("details", "entry tool");
     const summary = el("summary");
     summary.append(el("span", "tool-name", event.data.name), el("span", "muted", " tool call"));
-    box.append(summary, el("pre", "tool-input", pretty(event.data.input ?? event.data.text ?? "")));
+    const input = event.data.input ?? event.data.text ?? "";
+    box.append(summary, el("pre", "tool-input", pretty(input)));
     tools[event.data.id] = box;
     add(box, event.seq);
+    if (editedInputs[event.data.id]) showEditedInput(box, editedInputs[event.data.id]);
+  }
+
+  // What ran is what the person allowed: the tool card shows the edited input, and says it was edited.
+  function showEditedInput(box, input) {
+    box.querySelector(".tool-input").textContent = pretty(input);
+    if (!box.querySelector(".edited-note")) {
+      box.querySelector("summary").append(el("span", "badge small edited-note", "input edited before it ran"));
+    }
   }
 
   function toolResult(event) {
     const data = event.data;
     const box = tools[data.tool_use_id];
-    const out = el("pre", data.is_error ? "tool-output failed" : "tool-output", data.content || "(no output)");
+    const out = toolText(data.content, data.is_error ? "tool-output failed" : "tool-output");
     if (box) {
       box.append(out);
       box.classList.add(data.is_error ? "failed" : "ok");
@@ -72,12 +163,20 @@
     }
   }
 
+  // Who or what ended a request, and why, from what Bridge recorded (status, decided_by, decided_via, message).
   function describeDecision(perm) {
-    const who = perm.decided_by ? ` by ${perm.decided_by}` : "";
+    const parts = [perm.status + (perm.updated_input ? " (with edited input)" : "")];
+    if (perm.status === "cancelled" && perm.decided_via === "agent") parts.push(`by ${agentName}`);
+    else if (perm.status === "cancelled" && perm.decided_via === "supervisor") parts.push(`by ${perm.decided_by || "Bridge"}`);
+    else if (perm.status !== "expired") parts.push(describeWho(perm));
+    const text = parts.filter(Boolean).join(" ");
+    return perm.message ? `${text} — ${perm.message}` : text;
+  }
+
+  function describeWho(perm) {
+    const who = perm.decided_by ? `by ${perm.decided_by}` : "";
     const via = perm.decided_via ? ` via ${perm.decided_via}` : "";
-    const why = perm.message ? ` — ${perm.message}` : "";
-    const edited = perm.updated_input ? " (with edited input)" : "";
-    return `${perm.status}${edited}${who}${via}${why}`;
+    return `${who}${via}`.trim();
   }
 
   function permissionCard(perm) {
@@ -85,9 +184,11 @@
     if (!card) {
       card = document.getElementById("permission-card").content.firstElementChild.cloneNode(true);
       card.id = `perm-${perm.request_id}`;
+      card.querySelector(".asks").textContent = acp ? `${agentName} asks: ` : "The agent asks to use ";
       card.querySelector(".tool").textContent = perm.tool_name;
       card.querySelector(".input").textContent = pretty(perm.input);
       card.querySelector(".edited").value = JSON.stringify(perm.input, null, 2);
+      card.querySelector(".edit").hidden = acp; // ACP has no way to change a tool's input
       wireCard(card, perm.request_id);
       cards.prepend(card);
     }
@@ -101,8 +202,31 @@
       const decision = card.querySelector(".decision");
       decision.hidden = false;
       decision.textContent = describeDecision(perm);
+      if (perm.updated_input && perm.tool_use_id) {
+        editedInputs[perm.tool_use_id] = perm.updated_input;
+        if (tools[perm.tool_use_id]) showEditedInput(tools[perm.tool_use_id], perm.updated_input);
+      }
+    } else if (state && terminalStatus(state.status)) {
+      unreachable(card, state.status);
     }
     return card;
+  }
+
+  // A task that has ended has no agent left to tell: its open cards offer no buttons, and say why.
+  function unreachable(card, status) {
+    if (card.classList.contains("decided")) return;
+    card.classList.add("decided", "unreachable");
+    card.querySelector("form").hidden = true;
+    const badge = card.querySelector(".state");
+    badge.textContent = "unanswered";
+    badge.className = "badge state perm-cancelled";
+    const decision = card.querySelector(".decision");
+    decision.hidden = false;
+    decision.textContent = `No answer can reach the agent any more: the task has ended (${status}).`;
+  }
+
+  function terminalStatus(status) {
+    return ["done", "failed", "cancelled", "timeout", "orphaned"].includes(status);
   }
 
   function wireCard(card, requestId) {
@@ -133,8 +257,12 @@
       send({ behavior: "allow", updated_input: card.querySelector(".edited").value });
   }
 
+  // Events that draw nothing, or only extend what is streaming: they do not end an ACP agent's streamed message.
+  const QUIET = new Set(["text_delta", "text", "thinking", "thinking_delta", "context_usage", "usage", "user"]);
+
   function onEvent(event) {
     const data = event.data;
+    if (!QUIET.has(event.kind)) openMessage = null;
     switch (event.kind) {
       case "text_delta": return assistantText(event, false);
       case "text": return assistantText(event, true);
@@ -148,22 +276,25 @@
         box.querySelector("pre").textContent += data.text;
         return box;
       }
-      case "output": return add(el("div", "entry assistant", data.text), event.seq);
+      case "output": return outputLine(event);
+      case "history": return historyChunk(event);
       case "tool_update": {
         const box = tools[data.tool_use_id];
-        if (box && data.content) box.append(el("pre", "tool-output", data.content));
+        if (box && data.content) box.append(toolText(data.content, "tool-output"));
         return box;
       }
       case "plan":
         return line(event.seq, "system", `Plan: ${(data.entries || []).map((e) => e.content).join(" · ")}`);
       case "tool_use": return toolUse(event);
       case "tool_result": return toolResult(event);
-      case "permission_request":
+      case "permission_request": // an ACP agent names its question ("Approve edit: a.txt"), Claude the tool
         permissionCard(data);
-        return line(event.seq, "system", `Asked to use ${data.tool_name}`);
-      case "permission_decision":
+        return line(event.seq, "system", acp ? `${agentName} asked: ${data.tool_name}` : `Asked to use ${data.tool_name}`);
+      case "permission_decision": {
         permissionCard(data);
-        return line(event.seq, `system perm-${data.status}`, `Permission for ${data.tool_name}: ${describeDecision(data)}`);
+        const what = acp ? `"${data.tool_name}"` : `Permission for ${data.tool_name}`;
+        return line(event.seq, `system perm-${data.status}`, `${what}: ${describeDecision(data)}`);
+      }
       case "api_retry":
         return line(event.seq, "warning",
           `API error, retrying (attempt ${data.attempt ?? "?"} of ${data.max_retries ?? "?"}` +
@@ -172,25 +303,79 @@
       case "status":
         return line(event.seq, `system status-line status-${data.status}`,
           `Status: ${data.status}${data.reason ? ` — ${data.reason}` : ""}${data.error ? ` — ${data.error}` : ""}`);
-      case "init": return line(event.seq, "system", `Agent session ${data.session_id} started (model ${data.model})`);
+      case "agent_info": {
+        const agent = data.agent || {};
+        const version = agent.version ? ` ${agent.version}` : "";
+        const protocol = data.protocolVersion ? ` (Agent Client Protocol ${data.protocolVersion})` : "";
+        return line(event.seq, "system", `${agent.title || agent.name || agentName}${version} is ready${protocol}`);
+      }
+      case "init": {
+        const how = data.resumed ? "resumed" : "started";
+        const details = [data.model && `model ${data.model}`, data.mode && `mode ${data.mode}`].filter(Boolean);
+        return line(event.seq, "system",
+          `Agent session ${data.session_id} ${how}${details.length ? ` (${details.join(", ")})` : ""}`);
+      }
+      case "ignored_options":
+        return line(event.seq, "warning",
+          `Not passed to ${agentName}: ${Object.keys(data.options || {}).join(", ")} — ${data.reason}`);
       case "spawned": return line(event.seq, "system", `Process ${data.pid} started`);
       case "cancel_requested": return line(event.seq, "warning", `Cancel requested by ${data.by || "someone"}: ${data.reason}`);
-      case "result":
-        return line(event.seq, data.is_error ? "error" : "system",
-          `Result (${data.subtype}${data.is_error ? ", error" : ""}) after ${data.num_turns ?? "?"} turns`);
+      case "result": return resultLine(event);
+      case "control_response":
+        if (data.subtype !== "error") return null; // the agent acknowledging Bridge's interrupt
+        return line(event.seq, "error", `${agentName} refused a request from Bridge: ${data.error || "no reason given"}`);
+      case "control_request":
+        return line(event.seq, "system",
+          `${agentName} asked for "${data.request?.subtype ?? "?"}", which Bridge does not handle; it was told so`);
+      case "acp_response": return null; // an accepted setting (model, mode): nothing to show
       case "stderr": case "stdout": case "truncated": case "signal": case "stopping": case "error":
         return line(event.seq, event.kind === "stdout" ? "system" : "error",
           `${event.kind}: ${pretty(data.text ?? data.message ?? data.reason ?? data)}`);
       case "context_usage": return null;
       case "system":
+        if (data.subtype === "status") return null; // the CLI's own spinner states ("requesting")
         return line(event.seq, "system", `${data.subtype || "system"}${data.status ? `: ${data.status}` : ""}`);
       case "usage":
         liveTokens.input += data.input_tokens || 0;
         liveTokens.output += data.output_tokens || 0;
+        liveTokens.seen = true;
         return null;
       case "user": return null;
       default: return line(event.seq, "system muted", `${event.kind}: ${pretty(data)}`);
     }
+  }
+
+  // How the agent's turn ended, in words: Claude reports a subtype and is_error, ACP agents a stopReason.
+  const STOP_WORDS = {
+    success: "finished", end_turn: "finished", cancelled: "cancelled", max_tokens: "stopped at the token limit",
+    max_turn_requests: "stopped at the turn limit", error_max_turns: "stopped at the turn limit",
+    refusal: "refused", error_during_execution: "stopped during execution",
+    error_max_budget_usd: "stopped at the budget limit",
+  };
+
+  function resultLine(event) {
+    const data = event.data;
+    const reason = data.subtype ?? data.stopReason;
+    let what = STOP_WORDS[reason] || (reason ? `ended (${reason})` : "ended");
+    if (data.is_error && what === "finished") what = "ended with an error";
+    const turns = data.num_turns == null ? "" : ` after ${data.num_turns} turn${data.num_turns === 1 ? "" : "s"}`;
+    const seconds = data.duration_ms == null ? "" : ` in ${(data.duration_ms / 1000).toFixed(1)} s`;
+    const usage = data.usage || {};
+    const input = usage.input_tokens ?? usage.inputTokens;
+    const output = usage.output_tokens ?? usage.outputTokens;
+    if (input != null || output != null) {
+      Object.assign(resultTokens, { input: input || 0, output: output || 0, seen: true });
+    }
+    const failed = data.is_error || !["finished", "cancelled"].includes(what);
+    return line(event.seq, failed ? "error" : "system", `The agent's turn ${what}${turns}${seconds}`);
+  }
+
+  function tokenText(s) {
+    const own = s.input_tokens != null || s.output_tokens != null;
+    const tokens = own ? { input: s.input_tokens || 0, output: s.output_tokens || 0, seen: true }
+      : resultTokens.seen ? resultTokens : liveTokens;
+    if (tokens.seen) return `${tokens.input.toLocaleString()} / ${tokens.output.toLocaleString()}`;
+    return s.cost_usd == null ? "–" : "not reported";
   }
 
   function showState(s) {
@@ -198,17 +383,20 @@
     const status = document.getElementById("status");
     status.textContent = s.cancel_requested && s.status === "running" ? "cancelling" : s.status;
     status.className = `badge big status-${s.status}`;
-    const terminal = ["done", "failed", "cancelled", "timeout", "orphaned"].includes(s.status);
+    const terminal = terminalStatus(s.status);
     document.getElementById("cancel-form").hidden = terminal;
     document.getElementById("follow-up").hidden = !(terminal && s.has_session);
     document.getElementById("turns").textContent = s.num_turns ?? "–";
-    const tokens = s.input_tokens == null ? liveTokens : { input: s.input_tokens, output: s.output_tokens };
-    document.getElementById("tokens").textContent =
-      tokens.input || tokens.output ? `${tokens.input.toLocaleString()} / ${tokens.output.toLocaleString()}` : "–";
+    document.getElementById("tokens").textContent = tokenText(s);
     if (s.session_id) document.getElementById("session").textContent = s.session_id;
     document.getElementById("cost").textContent = s.cost_usd == null ? "–" : `$${s.cost_usd.toFixed(4)}`;
     showSessionCost(s, terminal);
+    showWhere(s);
+    if (s.status !== "queued") {
+      for (const note of document.querySelectorAll(".message.transient")) note.remove(); // "Task queued." is past
+    }
     if (terminal) {
+      for (const card of cards.querySelectorAll(".permission")) unreachable(card, s.status);
       const body = document.getElementById("outcome-body");
       body.replaceChildren();
       if (s.error) body.append(el("p", "error-text", s.error));
@@ -216,6 +404,17 @@
       document.getElementById("outcome").hidden = !(s.error || s.result);
     }
     tick();
+  }
+
+  // Which supervisor runs the task, or why a queued one waits (no live supervisor serves its directory or target).
+  function showWhere(s) {
+    const worker = document.getElementById("worker");
+    if (s.worker) {
+      worker.replaceChildren(s.worker.name, " ", el("span", "muted", `on ${s.worker.host}`));
+    }
+    const wait = document.getElementById("wait-reason");
+    wait.hidden = !s.wait_reason;
+    wait.querySelector("span").textContent = s.wait_reason || "";
   }
 
   // The session's total as rendered, plus this task's own cost once it ends if the page was rendered before that.
@@ -234,7 +433,6 @@
   function onMessage(message) {
     if (message.type === "event") {
       onEvent(message);
-      if (message.kind !== "text_delta") anonymous += 1;
       lastSeq = message.seq;
     } else if (message.type === "state") {
       showState(message);
