@@ -97,6 +97,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "jobs.middleware.DatabaseBusyMiddleware",  # first: a busy database is a JSON 503 wherever it shows
+    "jobs.middleware.ApiAnswersJsonMiddleware",  # every error under /v1/ in the API's JSON shape
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -180,7 +181,11 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"jobs": {"handlers": ["console"], "level": os.environ.get("BRIDGE_LOG_LEVEL", "INFO")}},
+    "loggers": {
+        "jobs": {"handlers": ["console"], "level": os.environ.get("BRIDGE_LOG_LEVEL", "INFO")},
+        # every 500 Django answers itself (a bug in a page or a middleware), with its traceback; 4xx stay quiet
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+    },
 }
 
 # --- Bridge ---------------------------------------------------------------------------------------------
@@ -199,6 +204,9 @@ BRIDGE_MAX_QUEUED = env_int("BRIDGE_MAX_QUEUED", 1000, minimum=1)
 BRIDGE_TASK_TIMEOUT_S = env_int("BRIDGE_TASK_TIMEOUT_S", 1800, minimum=0)
 BRIDGE_PERMISSION_TIMEOUT_S = env_int("BRIDGE_PERMISSION_TIMEOUT_S", 600, minimum=1)
 BRIDGE_MAX_PROMPT_BYTES = env_int("BRIDGE_MAX_PROMPT_BYTES", 256 * 1024, minimum=1)
+# A request body Django reads at most; a larger one is answered 413 (jobs/middleware.py). Room for the largest prompt
+# and a permission's updatedInput (1 MiB) even when JSON escapes every character as \uXXXX (six bytes each).
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(8 * 1024 * 1024, 6 * BRIDGE_MAX_PROMPT_BYTES + 64 * 1024)
 BRIDGE_MAX_LINE_BYTES = env_int("BRIDGE_MAX_LINE_BYTES", 4 * 1024 * 1024, minimum=1024)
 BRIDGE_MAX_OUTPUT_BYTES = env_int("BRIDGE_MAX_OUTPUT_BYTES", 64 * 1024 * 1024, minimum=1024)
 BRIDGE_STDERR_TAIL_BYTES = env_int("BRIDGE_STDERR_TAIL_BYTES", 64 * 1024, minimum=1024)
@@ -224,7 +232,7 @@ BRIDGE_SUPERVISOR_LABELS = env_list("BRIDGE_SUPERVISOR_LABELS", [])
 BRIDGE_LISTEN_BACKLOG = env_int("BRIDGE_LISTEN_BACKLOG", 1024, minimum=1)
 BRIDGE_SSE_HEARTBEAT_S = env_int("BRIDGE_SSE_HEARTBEAT_S", 15, minimum=1)
 # A stream client (SSE or websocket) that reads nothing for this long is disconnected: what it has not read is
-# bounded by the connection's buffer (jobs/backpressure.py), and a stuck client must not hold a stream forever.
+# bounded by the connection's buffer (jobs/webserver.py), and a stuck client must not hold a stream forever.
 BRIDGE_STREAM_STALL_S = env_int("BRIDGE_STREAM_STALL_S", 60, minimum=1)
 BRIDGE_PASS_ENV = env_list("BRIDGE_PASS_ENV", [])
 BRIDGE_READ_ROOTS = [Path(p).expanduser() for p in env_list("BRIDGE_READ_ROOTS", [], sep=os.pathsep)]

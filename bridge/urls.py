@@ -9,6 +9,7 @@ from jobs.api import api
 
 urlpatterns = [
     path("health", views.health, name="health"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("v1/task/output/stream", views.task_stream, name="task-stream"),
     path("v1/", api.urls),
     path("admin/", admin.site.urls),
@@ -19,7 +20,12 @@ urlpatterns = [
     path("tasks/<str:task_id>/follow-up", views.follow_up, name="task-follow-up"),
     path("tasks/<str:task_id>/permissions/<str:request_id>", views.decide, name="task-decide"),
     path("usage/", views.usage, name="usage"),
-    path("login/", auth_views.LoginView.as_view(template_name="jobs/login.html"), name="login"),
+    path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("login/link/<str:uidb64>/<str:token>/", views.login_with_link, name="login-link"),
 ]
+
+# Errors Django answers itself are JSON in the API's shape for /v1/ and programs, HTML only for a browser's pages.
+handler400 = "jobs.middleware.bad_request"
+handler404 = "jobs.middleware.page_not_found"
+handler500 = "jobs.middleware.server_error"

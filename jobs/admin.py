@@ -6,6 +6,7 @@ actions that call it: cancelling a task, creating (shown once) and revoking API 
 
 import json
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
@@ -224,8 +225,23 @@ def revoke_tokens(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: 
     modeladmin.message_user(request, f"revoked {revoked} token(s)", messages.SUCCESS)
 
 
+class NewTokenForm(forms.ModelForm):
+    """A revoked token's name may be taken again (jobs/actions/tokens.py), which the model's unique check would
+    refuse; an active token's name is refused here, before anything is saved."""
+
+    class Meta:
+        model = ApiToken
+        fields = ("name",)
+
+    def validate_unique(self) -> None:
+        name = self.cleaned_data.get("name")
+        if name and ApiToken.objects.filter(name=name, revoked_at__isnull=True).exists():
+            self.add_error("name", f"a token named {name!r} is active: revoke it first, or pick another name")
+
+
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
+    form = NewTokenForm
     list_display = ("name", "prefix", "created_at", "last_used_at", "revoked_at")
     actions = [revoke_tokens]
 

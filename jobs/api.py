@@ -3,21 +3,32 @@
 hbridge's own replies (create, cancel, /v1/task/output) give a task's status in hbridge's words with Bridge's exact
 status as `bridge_status` (jobs/hbridge.py); Bridge's own endpoints (/v1/task, /v1/tasks, events) use Bridge's."""
 
-from typing import Literal
+import logging
+from collections.abc import Callable
+from functools import wraps
+from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.db import OperationalError
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security.base import AuthBase
 from ninja.utils import check_csrf
-from pydantic import ConfigDict
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 
 from jobs import actions, auth, hbridge
+from jobs.actions.tasks import MAX_ARGV_CHARS, MAX_LIST_ENTRIES
 from jobs.errors import BridgeError, DatabaseBusy, InvalidInput, is_database_busy
+from jobs.inputs import MAX_INT, MAX_PATH_BYTES, check_text
+from jobs.middleware import internal_error, too_large
 from jobs.models import PermissionRequest, Task
-from jobs.vocabulary import Status
+from jobs.vocabulary import Agent, Status
+
+log = logging.getLogger(__name__)
+AGENTS = tuple(agent.value for agent in Agent)
+MAX_TASK_ID_CHARS = 64  # a UUID, also in braces or as urn:uuid:…, with room for spaces around it
 
 
 class TokenOrSession(AuthBase):
@@ -44,6 +55,48 @@ api = NinjaAPI(
 )
 
 
+def query_names(view: Callable) -> set[str]:
+    """The query parameters a view takes: its plain arguments, and the fields of a `Query[Model]` one (a model
+    argument without Query is the JSON body, not the query)."""
+    names: set[str] = set()
+    for name, hint in get_type_hints(view, include_extras=True).items():
+        if name in ("request", "return"):
+            continue
+        query_model = get_origin(hint) is Annotated and isinstance(get_args(hint)[0], type)
+        model = get_args(hint)[0] if query_model else hint
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            names |= set(model.model_fields) if query_model else set()
+        else:
+            names.add(name)
+    return names
+
+
+def refuse_odd_query(view: Callable) -> Callable:
+    """One rule on every interface: an argument Bridge does not know is refused, not ignored (bodies forbid extra
+    fields and MCP tools unknown arguments), so a misspelt `?taskid=` cannot silently list everything; and each
+    parameter takes one value (`?cwd=a&cwd=b` would otherwise mean only its last)."""
+    known = query_names(view)
+
+    @wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        unknown = sorted(set(request.GET) - known)
+        repeated = sorted(name for name in set(request.GET) & known if len(request.GET.getlist(name)) > 1)
+        if unknown or repeated:
+            problem = (
+                f"unknown query parameter {', '.join(repr(n[:50]) for n in unknown[:5])}; this operation takes "
+                f"{', '.join(sorted(known)) or 'none'}"
+                if unknown
+                else f"query parameter {', '.join(map(repr, repeated))} given more than once; each takes one value"
+            )
+            raise InvalidInput(f"invalid request: {problem}", code="invalid_request", http_status=422)
+        return view(request, *args, **kwargs)
+
+    return checked
+
+
+api.add_decorator(refuse_odd_query)
+
+
 def error_response(request: HttpRequest, exc: BridgeError) -> HttpResponse:
     """The REST API's one error shape: {"error": message, "code": code, …detail}, with the refusal's status."""
     return api.create_response(request, exc.as_dict(), status=exc.http_status)
@@ -54,12 +107,32 @@ def on_bridge_error(request: HttpRequest, exc: BridgeError) -> HttpResponse:
     return error_response(request, exc)
 
 
+@api.exception_handler(Exception)
+def on_unexpected_error(request: HttpRequest, exc: Exception) -> HttpResponse:
+    """Anything else is a bug: logged with its traceback, answered in the API's shape (never Django's HTML page)."""
+    log.error("internal error answering %s %s", request.method, request.path, exc_info=exc)
+    return internal_error()
+
+
+@api.exception_handler(SuspiciousOperation)
+def on_unreadable_request(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
+    """A body over DATA_UPLOAD_MAX_MEMORY_SIZE is a 413; too many fields and the like, a 400."""
+    if isinstance(exc, RequestDataTooBig):
+        return too_large()
+    return error_response(request, InvalidInput(f"the request cannot be read: {exc}", code="bad_request"))
+
+
+@api.exception_handler(Http404)
+def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return error_response(request, BridgeError(str(exc) or "not found", code="not_found", http_status=404))
+
+
 @api.exception_handler(OperationalError)
 def on_database_error(request: HttpRequest, exc: OperationalError) -> HttpResponse:
     """A database too busy to answer in time is a 503 with Retry-After, the body jobs/middleware.py gives elsewhere;
-    any other database failure stays an internal error."""
+    any other database failure is an internal error."""
     if not is_database_busy(exc):
-        raise exc
+        return on_unexpected_error(request, exc)
     busy = DatabaseBusy(settings.BRIDGE_DB_RETRY_AFTER_S)
     response = error_response(request, busy)
     response["Retry-After"] = str(busy.retry_after_s)
@@ -68,7 +141,7 @@ def on_database_error(request: HttpRequest, exc: OperationalError) -> HttpRespon
 
 @api.exception_handler(AuthenticationError)
 def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    return auth.unauthorized()
+    return auth.unauthorized(auth.refusal(request.headers.get("Authorization", "")))
 
 
 @api.exception_handler(HttpError)
@@ -81,38 +154,82 @@ def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 
 @api.exception_handler(ValidationError)
 def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    problems = []
+    problems, detail = [], []
     for err in exc.errors:
-        where = ".".join(str(part) for part in err.get("loc", ()) if part not in ("body", "payload", "query"))
+        loc = [str(part) for part in err.get("loc", ())]
+        where = ".".join(part for part in loc if part not in ("body", "payload", "query", "filters"))
         problems.append(f"{where or 'request'}: {err.get('msg', 'invalid')}")
+        detail.append({"type": str(err.get("type", "")), "loc": loc, "msg": str(err.get("msg", ""))})
     message = "invalid request: " + "; ".join(problems)
-    return error_response(request, InvalidInput(message, code="invalid_request", http_status=422, detail=exc.errors))
+    return error_response(request, InvalidInput(message, code="invalid_request", http_status=422, detail=detail))
+
+
+class ErrorOut(Schema):
+    """Every refusal and failure: what happened and what to do (`error`), a stable `code`, and what it is about."""
+
+    model_config = ConfigDict(extra="allow")
+    error: str = Field(description="For people: what was wrong, why, and what to do.")
+    code: str = Field(description="For programs: a stable code, e.g. invalid_input, no_such_task, queue_full.")
+
+
+# The answers each kind of operation can give besides 200 (all in ErrorOut's shape): 400 a value Bridge refuses,
+# 401 no or a wrong token, 422 a request the schema refuses, 500 a bug (logged), 503 a busy database (Retry-After);
+# reads of one task add 404; bodies add 413 (over DATA_UPLOAD_MAX_MEMORY_SIZE).
+COMMON_ERRORS = {400, 401, 422, 500, 503}
+READ_ONE = COMMON_ERRORS | {404}
+WRITE_ONE = READ_ONE | {409, 413}
+CREATE = COMMON_ERRORS | {403, 404, 413, 429}
+
+
+def answers(ok: Any, errors: set[int]) -> dict:
+    """A `response=` mapping: the success schema for 200, ErrorOut for every error status the operation can give."""
+    return {200: ok, **{status: ErrorOut for status in sorted(errors)}}
 
 
 class Strict(Schema):
     model_config = ConfigDict(extra="forbid")
 
 
+NameList = list[Annotated[StrictStr, Field(max_length=MAX_ARGV_CHARS)]] | None
+
+
 class CreateTaskIn(Strict):
-    prompt: str = Field(description="What the agent should do: self-contained, with absolute paths.")
-    cwd: str | None = Field(
-        None, description="Working directory; inside BRIDGE_ALLOWED_ROOTS or the roots a live supervisor serves."
+    prompt: StrictStr = Field(
+        min_length=1,
+        max_length=settings.BRIDGE_MAX_PROMPT_BYTES,
+        description="What the agent should do: self-contained, with absolute paths. Not blank, at most "
+        "BRIDGE_MAX_PROMPT_BYTES bytes as UTF-8, no NUL characters.",
     )
-    agent: str = Field("claude", description="The executor.")
+    cwd: StrictStr | None = Field(
+        None,
+        max_length=MAX_PATH_BYTES,
+        description="Working directory (absolute); inside BRIDGE_ALLOWED_ROOTS or the roots a live supervisor serves.",
+    )
+    agent: Literal[AGENTS] = Field("claude", description="The executor.")  # type: ignore[valid-type]
     permission_mode: Literal["approve", "bypass"] = "approve"
-    skip_permissions: bool = False
-    sessionId: str | None = Field(None, description="An agent session to continue (Claude's --resume).")
-    model: str | None = None
-    max_turns: int | None = Field(None, ge=1, le=10_000)
-    allowed_tools: list[str] | None = None
-    skills: list[str] | None = Field(None, description="Hermes skills to preload (one-shot mode).")
-    toolsets: list[str] | None = Field(None, description="Hermes toolsets to enable (one-shot mode).")
-    timeout_s: int | None = Field(None, ge=1, description="Wall-time limit; default BRIDGE_TASK_TIMEOUT_S.")
-    taskTimeoutMs: int | None = Field(
-        None, ge=0, description="hbridge's limit in milliseconds (rounded up to seconds); 0 = the server's default."
+    skip_permissions: StrictBool = False
+    sessionId: StrictStr | None = Field(
+        None, max_length=MAX_ARGV_CHARS, description="An agent session to continue (Claude's --resume)."
     )
-    target: str | None = Field(
-        None, description="Run only on the supervisor with this name, host or label (GET /v1/workers); default: any."
+    model: StrictStr | None = Field(None, max_length=MAX_ARGV_CHARS)
+    max_turns: StrictInt | None = Field(None, ge=1, le=actions.MAX_TURNS)
+    allowed_tools: NameList = Field(None, max_length=MAX_LIST_ENTRIES)
+    skills: NameList = Field(None, max_length=MAX_LIST_ENTRIES, description="Hermes skills to preload (one-shot).")
+    toolsets: NameList = Field(None, max_length=MAX_LIST_ENTRIES, description="Hermes toolsets to enable (one-shot).")
+    timeout_s: StrictInt | None = Field(
+        None, ge=1, le=actions.MAX_TIMEOUT_S, description="Wall-time limit; default BRIDGE_TASK_TIMEOUT_S."
+    )
+    taskTimeoutMs: StrictInt | None = Field(
+        None,
+        ge=0,
+        le=actions.MAX_TIMEOUT_S * 1000,
+        description="hbridge's limit in milliseconds (rounded up to seconds); 0 = the server's default.",
+    )
+    target: StrictStr | None = Field(
+        None,
+        max_length=MAX_ARGV_CHARS,
+        description="Run only on the supervisor with this name, host or label (GET /v1/workers); default: any; a "
+        "follow-up of a session Bridge ran defaults to the supervisor that ran it.",
     )
 
 
@@ -122,17 +239,27 @@ class CreateTaskOut(Schema):
     bridge_status: str = Field(description="Bridge's status: queued, or cancelled when it ended at once.")
 
 
+TaskId = Annotated[
+    StrictStr,
+    Field(min_length=1, max_length=MAX_TASK_ID_CHARS, description="The task_id a create answered with (a UUID)."),
+]
+
+
 class TaskIdIn(Strict):
-    task_id: str
-    reason: str = ""
+    task_id: TaskId
+    reason: StrictStr = Field("", max_length=actions.MAX_REASON_CHARS)
 
 
 class PermissionIn(Strict):
-    task_id: str
+    task_id: TaskId
     behavior: Literal["allow", "deny"]
-    request_id: str | None = None
-    updatedInput: dict | None = None
-    message: str = ""
+    request_id: StrictStr | None = Field(None, max_length=200)
+    updatedInput: dict[str, Any] | None = Field(
+        None,
+        description=f"allow only: the tool's input to use instead (at most {actions.MAX_UPDATED_INPUT_BYTES} "
+        "bytes as JSON).",
+    )
+    message: StrictStr = Field("", max_length=actions.MAX_MESSAGE_CHARS)
 
 
 def usage_of(task: Task) -> dict:
@@ -174,7 +301,7 @@ def permission_out(perm: PermissionRequest) -> dict:
     }
 
 
-@api.post("/task/create", response=CreateTaskOut, summary="Queue a task for an agent")
+@api.post("/task/create", response=answers(CreateTaskOut, CREATE), summary="Queue a task for an agent")
 def create_task(request: HttpRequest, payload: CreateTaskIn):
     options = {
         "model": payload.model,
@@ -201,13 +328,13 @@ def create_task(request: HttpRequest, payload: CreateTaskIn):
     return hbridge.created_reply(str(task.public_id), task.status)
 
 
-@api.post("/task/cancel", summary="Cancel a queued or running task")
+@api.post("/task/cancel", response=answers(dict, WRITE_ONE), summary="Cancel a queued or running task")
 def cancel_task(request: HttpRequest, payload: TaskIdIn):
     task = actions.request_cancel(actions.get_task(payload.task_id), reason=payload.reason, by=request.auth)
     return {"task_id": str(task.public_id), **hbridge.status_fields(task.status, task.error), "cancel_requested": True}
 
 
-@api.post("/task/permission", summary="Answer a pending permission request")
+@api.post("/task/permission", response=answers(dict, WRITE_ONE), summary="Answer a pending permission request")
 def decide_permission(request: HttpRequest, payload: PermissionIn):
     task = actions.get_task(payload.task_id)
     perm = actions.decide_permission(
@@ -222,8 +349,8 @@ def decide_permission(request: HttpRequest, payload: PermissionIn):
     return {"ok": True, **permission_out(perm)}
 
 
-@api.get("/task/output", summary="The result, when there is one (hbridge shape)")
-def task_output(request: HttpRequest, task_id: str):
+@api.get("/task/output", response=answers(dict, READ_ONE), summary="The result, when there is one (hbridge shape)")
+def task_output(request: HttpRequest, task_id: str = Query(..., min_length=1, max_length=MAX_TASK_ID_CHARS)):
     task = actions.get_task(task_id)
     return {
         "retrieval_status": "success" if task.is_terminal else "pending",
@@ -238,8 +365,8 @@ def task_output(request: HttpRequest, task_id: str):
     }
 
 
-@api.get("/task", summary="Everything about one task")
-def task_detail(request: HttpRequest, task_id: str):
+@api.get("/task", response=answers(dict, READ_ONE), summary="Everything about one task")
+def task_detail(request: HttpRequest, task_id: str = Query(..., min_length=1, max_length=MAX_TASK_ID_CHARS)):
     task = actions.get_task(task_id)
     return {
         **task_summary(task),
@@ -263,39 +390,48 @@ def task_detail(request: HttpRequest, task_id: str):
 
 class TaskFilter(Schema):
     status: Literal[tuple(s.value for s in Status)] | None = None  # type: ignore[valid-type]
-    agent: str | None = None
-    cwd: str | None = None
+    agent: Literal[AGENTS] | None = None  # type: ignore[valid-type]
+    cwd: str | None = Field(None, min_length=1, max_length=MAX_PATH_BYTES, description="Only tasks in this directory.")
     limit: int = Field(50, ge=1, le=500)
-    offset: int = Field(0, ge=0)
+    offset: int = Field(0, ge=0, le=MAX_INT)
 
 
-@api.get("/tasks", summary="List tasks, newest first")
+@api.get("/tasks", response=answers(dict, COMMON_ERRORS), summary="List tasks, newest first")
 def list_tasks(request: HttpRequest, filters: Query[TaskFilter]):
     actions.settle_running_tasks()
     tasks = Task.objects.newest_first()
     for name in ("status", "agent", "cwd"):
         value = getattr(filters, name)
         if value:
-            tasks = tasks.filter(**{name: value})
+            tasks = tasks.filter(**{name: check_text(name, value)})
     page = tasks[filters.offset : filters.offset + filters.limit]
     return {"count": tasks.count(), "tasks": [task_summary(t) for t in page]}
 
 
-@api.get("/workers", summary="Live supervisors: what each serves, its labels, and what it runs")
+@api.get(
+    "/workers",
+    response=answers(dict, COMMON_ERRORS),
+    summary="Live supervisors: what each serves, its labels, and what it runs",
+)
 def list_workers(request: HttpRequest):
     running = actions.running_by_worker()
     return {"workers": [actions.worker_data(w, running, private=True) for w in actions.live_supervisors()]}
 
 
-@api.get("/permissions", summary="Pending permission requests, oldest first")
-def list_permissions(request: HttpRequest, task_id: str | None = None):
+@api.get("/permissions", response=answers(dict, READ_ONE), summary="Pending permission requests, oldest first")
+def list_permissions(
+    request: HttpRequest, task_id: str | None = Query(None, min_length=1, max_length=MAX_TASK_ID_CHARS)
+):
     task = actions.get_task(task_id) if task_id else None
     return {"permissions": [permission_out(p) for p in actions.pending_permissions(task)]}
 
 
-@api.get("/task/events", summary="The transcript after a given seq")
+@api.get("/task/events", response=answers(dict, READ_ONE), summary="The transcript after a given seq")
 def task_events(
-    request: HttpRequest, task_id: str, since: int = Query(0, ge=0), limit: int = Query(500, ge=1, le=5000)
+    request: HttpRequest,
+    task_id: str = Query(..., min_length=1, max_length=MAX_TASK_ID_CHARS),
+    since: int = Query(0, ge=0, le=MAX_INT, description="The last seq you saw (0: from the start)."),
+    limit: int = Query(500, ge=1, le=5000),
 ):
     task = actions.get_task(task_id)
     events = actions.events_since(task, since, limit)

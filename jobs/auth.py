@@ -10,6 +10,7 @@ from collections.abc import Callable
 from functools import wraps
 
 from django.contrib.auth.tokens import default_token_generator
+from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.utils.encoding import force_bytes
@@ -17,6 +18,8 @@ from django.utils.http import urlsafe_base64_encode
 
 from jobs import actions
 from jobs.actions.tokens import PREFIX_LEN, TOKEN_PREFIX, token_digest
+from jobs.errors import Unauthenticated
+from jobs.hints import manage_command
 from jobs.models import ApiToken
 
 
@@ -65,26 +68,62 @@ def authenticate(request: HttpRequest) -> str | None:
     return identify(request.headers.get("Authorization", ""), getattr(request, "user", None))
 
 
-def unauthorized() -> JsonResponse:
-    response = JsonResponse(
-        {
-            "error": "authentication required: send 'Authorization: Bearer <token>' (make a token with "
-            "'python manage.py token create NAME') or log in",
-            "code": "unauthenticated",
-        },
-        status=401,
+def refusal(authorization: str = "") -> Unauthenticated:
+    """Why a request with this Authorization header was not let in, and what to do: no credentials, a header in no
+    form Bridge reads, a token Bridge never made, or a revoked one. All are 401 `unauthenticated`; `reason` tells
+    them apart for programs. Reads the database when a token was sent: call it from sync code."""
+    make = manage_command("token", "create", "NAME")
+    if not authorization.strip():
+        return Unauthenticated(
+            f"authentication required: send 'Authorization: Bearer <token>' (make a token with: {make}) or log in",
+            reason="missing",
+        )
+    token = token_from_header(authorization)
+    if token is None:
+        return Unauthenticated(
+            "the Authorization header is neither 'Bearer <token>' nor HTTP Basic with the token as the password: "
+            f"send 'Authorization: Bearer <token>' (make a token with: {make})",
+            reason="malformed",
+        )
+    digest = token_digest(token)
+    for row in ApiToken.objects.filter(prefix=token[:PREFIX_LEN], revoked_at__isnull=False):
+        if hmac.compare_digest(row.hash, digest):
+            return Unauthenticated(
+                f"this token was revoked ({row.revoked_at:%Y-%m-%d %H:%M} UTC) and no longer works: make a new one "
+                f"with: {make}",
+                reason="revoked",
+            )
+    return Unauthenticated(
+        "no such token: Bridge made no token like the one sent (was it copied whole, and for this Bridge?); "
+        f"see the tokens it has with: {manage_command('token', 'list')}, or make one with: {make}",
+        reason="no_such_token",
     )
+
+
+def unauthorized(refused: Unauthenticated | None = None) -> JsonResponse:
+    """The 401 every HTTP interface sends: `refused` (from `refusal`) or, without one, "authentication required"."""
+    refused = refused or refusal()
+    response = JsonResponse(refused.as_dict(), status=refused.http_status)
     response["WWW-Authenticate"] = 'Bearer realm="bridge"'
     return response
 
 
+def login_required_page(request: HttpRequest) -> HttpResponse:
+    """A logged-out browser is sent to log in (and back); a program gets the 401 saying why."""
+    authorization = request.headers.get("Authorization", "")
+    if not authorization and "text/html" in request.headers.get("Accept", ""):
+        return redirect_to_login(request.get_full_path())
+    return unauthorized(refusal(authorization))
+
+
 def token_or_login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """For plain views (the API docs): a token or a logged-in user, else 401."""
+    """For plain views (the API docs): a token or a logged-in user; else a browser is sent to log in, and a program
+    gets a 401."""
 
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
         if authenticate(request) is None:
-            return unauthorized()
+            return login_required_page(request)
         return view(request, *args, **kwargs)
 
     return wrapper

@@ -20,7 +20,7 @@ from django.http.request import split_domain_port, validate_host
 from django.template.loader import render_to_string
 
 from jobs import actions, auth, doorbell
-from jobs.errors import BridgeError, NotFound, Unauthenticated
+from jobs.errors import BridgeError, NotFound
 from jobs.models import PermissionRequest, Task, TaskEvent, Worker
 from jobs.vocabulary import TERMINAL_STATUSES, Status
 
@@ -60,7 +60,7 @@ def check_caller(scope: dict) -> str:
     header = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin1")
     caller = auth.identify(header, scope.get("user"))
     if caller is None:
-        raise Unauthenticated("authentication required: log in, or send 'Authorization: Bearer <token>'")
+        raise auth.refusal(header)
     return caller
 
 

@@ -5,6 +5,8 @@ numbers outside what the database holds are refused here with a 4xx naming the f
 database or the file system and come back as a 500.
 """
 
+import json
+import math
 import os
 
 from jobs.errors import InvalidInput
@@ -51,3 +53,34 @@ def check_path_text(name: str, value: object) -> str:
             field=name,
         )
     return text
+
+
+MAX_JSON_DEPTH = 64  # nesting an agent's tool input may have; deeper is refused before it reaches the database
+
+
+def check_json(name: str, value: object, max_bytes: int) -> object:
+    """A JSON value every database Bridge runs on can store: its strings and keys storable text (PostgreSQL's jsonb
+    refuses \\u0000 too), its numbers finite, nested at most MAX_JSON_DEPTH deep, at most `max_bytes` as JSON."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidInput(f"{name} is nested more than {MAX_JSON_DEPTH} levels deep", field=name)
+        if isinstance(item, str):
+            check_text(name, item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise InvalidInput(f"{name} contains {item}, which JSON cannot carry", field=name)
+        elif isinstance(item, dict):
+            stack.extend((key, depth + 1) for key in item)
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((child, depth + 1) for child in item)
+        elif item is not None and not isinstance(item, bool | int | float):
+            raise InvalidInput(f"{name} holds a {type(item).__name__}, which is not JSON", field=name)
+    try:
+        size = len(json.dumps(value, ensure_ascii=False).encode())
+    except ValueError:  # a whole number with more digits than Python turns into text (4,300)
+        raise InvalidInput(f"{name} holds a number too long to be sent on", field=name) from None
+    if size > max_bytes:
+        raise InvalidInput(f"{name} is {size} bytes as JSON, over the limit of {max_bytes}", field=name)
+    return value

@@ -1,5 +1,7 @@
 """A busy database is a JSON 503 with Retry-After on every interface Django serves (REST, pages, the SSE stream's
-opening, admin), never an HTML 500.
+opening, admin), never an HTML 500. And every error Django itself answers (a bug in a view or a middleware, a body
+over DATA_UPLOAD_MAX_MEMORY_SIZE, an unknown path) is JSON in the API's shape under /v1/ and for programs
+(`handler400`, `handler404`, `handler500` in bridge/urls.py), and HTML only for a browser's pages.
 
 "Busy" is what `jobs.errors.is_database_busy` recognises: no pooled connection came free within
 BRIDGE_DB_POOL_TIMEOUT_S (psycopg_pool's PoolTimeout), PostgreSQL had no connection slot left ("too many clients"), or
@@ -17,11 +19,13 @@ from collections.abc import Callable
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.core.signals import got_request_exception
 from django.db.backends.signals import connection_created
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 
-from jobs.errors import DatabaseBusy, is_database_busy
+from jobs.errors import BridgeError, DatabaseBusy, is_database_busy
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +84,47 @@ class DatabaseBusyMiddleware:
         return response
 
 
+class ApiAnswersJsonMiddleware:
+    """Under /v1/ every error is JSON in the API's shape: one Django or django-ninja answers as HTML or plain text
+    (a 405 for a method a path does not take) is rewritten, keeping its status and its Allow header."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable) -> None:
+        self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest):
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        return as_json_error(request, self.get_response(request))
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponse:
+        return as_json_error(request, await self.get_response(request))
+
+
+def as_json_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """`response` as it is, unless it is an error under /v1/ in another shape than JSON: then that error as JSON."""
+    if (
+        response.status_code < 400
+        or not request.path.startswith("/v1/")
+        or response.get("Content-Type", "").startswith("application/json")
+    ):
+        return response
+    reason = response.reason_phrase or "error"
+    message = f"{reason.lower()}: {request.method} {request.path[:200]}"
+    if response.has_header("Allow"):
+        message += f" takes only {response['Allow']}"
+    error = BridgeError(message, code=reason.lower().replace(" ", "_"), http_status=response.status_code)
+    answer = JsonResponse(error.as_dict(), status=response.status_code)
+    for header in ("Allow", "Retry-After", "WWW-Authenticate"):
+        if response.has_header(header):
+            answer[header] = response[header]
+    return answer
+
+
 def _remember_busy(sender: object, request: HttpRequest | None = None, **kwargs: object) -> None:
     """Django is turning an exception into a 500: note it on the request if it was a busy database."""
     exc = sys.exc_info()[1]
@@ -96,3 +141,57 @@ def _web_busy_timeout(sender: object, connection, **kwargs: object) -> None:
 
 got_request_exception.connect(_remember_busy, dispatch_uid="bridge-remember-database-busy")
 connection_created.connect(_web_busy_timeout, dispatch_uid="bridge-web-busy-timeout")
+
+
+# --- Django's own error answers, in the API's shape ---------------------------------------------------------------
+def internal_error() -> JsonResponse:
+    """The 500 for a bug: the caller learns nothing of it but that it happened and was logged."""
+    error = BridgeError(
+        "internal error: Bridge failed to answer this request; the details are in its log", code="internal_error"
+    )
+    return JsonResponse(error.as_dict(), status=500)
+
+
+def too_large() -> JsonResponse:
+    """The 413 for a body over DATA_UPLOAD_MAX_MEMORY_SIZE."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    error = BridgeError(
+        f"the request body is over the limit of {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE): put long material in a "
+        "file in the working directory and name it in the prompt",
+        code="too_large",
+        http_status=413,
+        max_bytes=limit,
+    )
+    return JsonResponse(error.as_dict(), status=error.http_status)
+
+
+def wants_json(request: HttpRequest) -> bool:
+    """The REST API, MCP and every program get JSON; a browser asking for a page gets HTML."""
+    path = request.path
+    if path.startswith(("/v1/", "/mcp", "/health")):
+        return True
+    return "text/html" not in request.headers.get("Accept", "")
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's 400 (a request it could not read: a body too large, too many fields, a bad Host) and the 413."""
+    if isinstance(exception, RequestDataTooBig):
+        return too_large()
+    if not wants_json(request):
+        return defaults.bad_request(request, exception)
+    error = BridgeError(f"the request cannot be read: {exception}", code="bad_request")
+    return JsonResponse(error.as_dict(), status=400)
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if not wants_json(request):
+        return defaults.page_not_found(request, exception)
+    error = BridgeError(
+        f"no such path: {request.path[:200]} (the REST API is described at /v1/docs)", code="not_found", http_status=404
+    )
+    return JsonResponse(error.as_dict(), status=404)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Django's 500, already logged with its traceback by the django.request logger (bridge/settings.py LOGGING)."""
+    return internal_error() if wants_json(request) else defaults.server_error(request)

@@ -137,7 +137,7 @@ def page_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
 @json_errors
 def _open_stream(request: HttpRequest) -> tuple[Task, int] | HttpResponse:
     if auth.authenticate(request) is None:
-        return auth.unauthorized()
+        return auth.unauthorized(auth.refusal(request.headers.get("Authorization", "")))
     since = actions.parse_seq(request.GET.get("since") or request.headers.get("Last-Event-ID"), "since / Last-Event-ID")
     task_id = request.GET.get("task_id") or request.GET.get("id") or ""  # ?id= as hbridge's DESIGN wrote it
     return actions.get_task(task_id), since

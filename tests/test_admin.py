@@ -75,8 +75,13 @@ def test_a_token_made_in_the_admin_is_shown_once_and_can_be_revoked(work_root, a
     row = ApiToken.objects.get(name="hermes")
     assert shown.group(1) not in (row.hash, row.prefix) and auth.verify_token(shown.group(1)) == row
     assert shown.group(1) not in admin_client_.get(f"/admin/jobs/apitoken/{row.pk}/change/").content.decode()
+    taken = admin_client_.post("/admin/jobs/apitoken/add/", {"name": "hermes"}).content.decode()
+    assert "is active: revoke it first" in taken and ApiToken.objects.count() == 1
     admin_client_.post("/admin/jobs/apitoken/", {"action": "revoke_tokens", "_selected_action": [row.pk]})
     assert auth.verify_token(shown.group(1)) is None
+    again = admin_client_.post("/admin/jobs/apitoken/add/", {"name": "hermes"}, follow=True).content.decode()
+    assert "it is not shown again" in again, "a revoked token's name can be used again"
+    assert ApiToken.objects.filter(name="hermes", revoked_at__isnull=True).count() == 1
 
 
 @given(st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False))

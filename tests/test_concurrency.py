@@ -24,7 +24,7 @@ from django.db import OperationalError, connection
 from django.test import AsyncClient, Client
 
 from jobs import actions
-from jobs.models import Task
+from jobs.models import AgentSession, Task
 from jobs.vocabulary import Status
 from tests.support import REPO, database_url, postgres_or_skip, rerun_on_postgres
 
@@ -157,6 +157,42 @@ def test_only_create_or_join_dedupes_and_an_ended_task_frees_its_key(work_root):
     actions.request_cancel(first)
     again, created = actions.create_or_join_task(spec)
     assert created and again.pk != first.pk, "an ended task is not joined: the job is queued anew"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_same_job_for_another_target_is_another_job(work_root):
+    on = {target: actions.TaskSpec(prompt="same job", cwd=str(work_root), target=target) for target in ("a", "b", "")}
+    tasks = {target: actions.create_or_join_task(spec) for target, spec in on.items()}
+    assert all(created for _, created in tasks.values())
+    assert len({task.pk for task, _ in tasks.values()}) == 3 and [t.target for t, _ in tasks.values()] == ["a", "b", ""]
+    assert actions.create_or_join_task(on["a"]) == (tasks["a"][0], False), "the same job on the same target is joined"
+
+
+def ran_session_on(worker_name: str | None, work_root) -> Task:
+    """A finished task whose agent session ran on a supervisor registered here (named, or by default host:pid:…)."""
+    worker = actions.register_worker(1, name=worker_name, labels=[])
+    task = actions.create_task(actions.TaskSpec(prompt="first", cwd=str(work_root)))
+    session = AgentSession.objects.create(agent="claude", session_id=f"s-{worker.pk}", cwd=str(work_root))
+    Task.objects.filter(pk=task.pk).update(worker=worker, session=session, status=Status.DONE)
+    actions.stop_worker(worker)
+    return actions.get_task(task.public_id)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", ["gpu-box", None])
+def test_a_follow_up_runs_where_its_session_ran_unless_told_otherwise(work_root, name):
+    """The agent keeps its session on the host that ran it: a follow-up is pinned to that supervisor's declared name,
+    or to its host when it has only the per-process default name; a target the caller names wins."""
+    task = ran_session_on(name, work_root)
+    home = name or task.worker.host
+    assert actions.continue_task(task, "more").target == home
+    assert actions.continue_task(task, "more", target="elsewhere").target == "elsewhere"
+    resumed = actions.TaskSpec(prompt="again", cwd=str(work_root), resume_session_id=task.session.session_id)
+    assert actions.create_task(resumed).target == home
+    joined, created = actions.create_or_join_task(resumed)
+    assert created and joined.target == home and actions.create_or_join_task(resumed) == (joined, False)
+    fresh = actions.create_task(actions.TaskSpec(prompt="unrelated", cwd=str(work_root)))
+    assert fresh.target == "", "a task that resumes nothing may run anywhere"
 
 
 # --- a burst over HTTP against a real server ----------------------------------------------------------------------
@@ -366,6 +402,7 @@ def test_other_database_errors_stay_internal_errors(monkeypatch):
     for path in ("/v1/tasks", "/v1/task/output/stream?task_id=x"):
         response = client.get(path)
         assert response.status_code == 500 and "Retry-After" not in response
+        assert response.json()["code"] == "internal_error", "a bug is answered in the API's shape, never HTML"
 
 
 def request_in_new_thread(token: str, send) -> tuple[object, float]:

@@ -104,3 +104,32 @@ def test_start_up_tells_each_executor_and_records_where_it_listens(server):
     )
     assert f"{recorded['url']} (where the running Bridge listens" in skill.stdout, skill.stdout + skill.stderr
     assert f'+B="${{BRIDGE_URL:-{recorded["url"]}}}"' in skill.stdout
+
+
+def raw_request(server: BridgeServer, request_line: bytes) -> tuple[int, dict]:
+    """Send one request line as bytes (no client library re-encodes it) and read the whole answer."""
+    host, port = server.url.removeprefix("http://").rstrip("/").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(
+            request_line
+            + f"\r\nHost: {host}\r\nConnection: close\r\nAuthorization: Bearer {server.token}\r\n\r\n".encode()
+        )
+        answer = b"".join(iter(lambda: conn.recv(65536), b""))
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "code"),
+    [
+        (b"/v1/task?task_id=" + b"a" * 60_000, 422, "invalid_request"),
+        (b"/v1/task?task_id=" + b"a" * 70_000, 414, "uri_too_long"),
+        ("/v1/task?task_id=6f1c…".encode(), 400, "bad_http_request"),
+    ],
+    ids=["long-id", "over-the-limit", "raw-non-ascii"],
+)
+def test_what_never_reaches_django_is_answered_in_the_apis_shape(server, path, status, code):
+    """Twisted dropped a 60,000-character task_id without a word and gave the README's pasted `6f1c…` an empty 400."""
+    got, body = raw_request(server, b"GET " + path + b" HTTP/1.1")
+    assert (got, body["code"]) == (status, code), body
+    assert body["error"]

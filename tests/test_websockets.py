@@ -19,6 +19,7 @@ from django.test import AsyncClient, Client
 
 from bridge.asgi import application
 from jobs import actions, doorbell
+from jobs.hints import manage_command
 from tests.support import make_task, skip_or_fail
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -140,8 +141,15 @@ def test_no_event_is_lost_when_the_channel_layer_drops_rings(work_root, token, s
     assert dropped > bursts, f"only {dropped} rings were dropped: the test must overflow the layer to prove anything"
 
 
-@pytest.mark.parametrize("credentials", [[], [(b"authorization", b"Bearer brg_not-a-real-token-at-all-xxxxxxxx")]])
-def test_no_session_or_token_is_refused_in_words(work_root, credentials):
+@pytest.mark.parametrize(
+    ("credentials", "words"),
+    [
+        ([], "authentication required"),
+        ([(b"authorization", b"Bearer brg_not-a-real-token-at-all-xxxxxxxx")], "no such token"),
+    ],
+)
+def test_no_session_or_token_is_refused_in_words(work_root, credentials, words):
+    """The same words as REST's 401: what was wrong with what was sent, and the command that makes a token."""
     task = make_task("say hi")
 
     async def body():
@@ -149,7 +157,8 @@ def test_no_session_or_token_is_refused_in_words(work_root, credentials):
             ws = communicator(path, *credentials)
             assert (await ws.connect())[0]
             message = await ws.receive_json_from()
-            assert message["type"] == "error" and "authentication required" in message["message"]
+            assert message["type"] == "error" and words in message["message"]
+            assert manage_command("token", "create", "NAME") in message["message"]
             assert message["code"] == "unauthenticated"
             assert (await ws.receive_output())["code"] == 4401
 

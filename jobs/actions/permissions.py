@@ -1,6 +1,5 @@
 """Permission requests: recorded when an executor asks, answered exactly once, delivered back to the executor."""
 
-import json
 from datetime import timedelta
 
 from django.conf import settings
@@ -9,11 +8,13 @@ from django.utils import timezone
 
 from jobs.actions.events import append_events
 from jobs.errors import Conflict, InvalidInput, NotFound
+from jobs.inputs import check_json, check_text
 from jobs.models import PermissionRequest, Task
 from jobs.vocabulary import DecidedVia, PermissionMode, PermissionStatus
 
 MAX_MESSAGE_CHARS = 10_000
 MAX_UPDATED_INPUT_BYTES = 1024 * 1024
+MAX_REQUEST_ID_CHARS = 200  # what PermissionRequest.request_id holds
 
 
 def record_permission_request(
@@ -71,16 +72,17 @@ def pending_permissions(task: Task | None = None) -> list[PermissionRequest]:
     return list(pending.oldest_first())
 
 
-def check_decision(behavior: str, updated_input: dict | None, message: str) -> None:
-    """Refuse an answer that could not be sent to an executor, before anything is looked up."""
+def check_decision(behavior: str, request_id: str | None, updated_input: dict | None, message: str) -> None:
+    """Refuse an answer that could not be stored or sent to an executor, before anything is looked up."""
     if behavior not in ("allow", "deny"):
-        raise InvalidInput(f"behavior must be 'allow' or 'deny', not {behavior!r}")
+        raise InvalidInput(f"behavior must be 'allow' or 'deny', not {str(behavior)[:50]!r}", field="behavior")
+    if request_id is not None:
+        check_text("request_id", request_id, MAX_REQUEST_ID_CHARS)
     if updated_input is not None and not isinstance(updated_input, dict):
-        raise InvalidInput("updatedInput must be a JSON object")
-    if updated_input is not None and len(json.dumps(updated_input)) > MAX_UPDATED_INPUT_BYTES:
-        raise InvalidInput(f"updatedInput is over the limit of {MAX_UPDATED_INPUT_BYTES} bytes")
-    if len(message or "") > MAX_MESSAGE_CHARS:
-        raise InvalidInput(f"message is {len(message)} characters, over the limit of {MAX_MESSAGE_CHARS}")
+        raise InvalidInput("updatedInput must be a JSON object", field="updatedInput")
+    if updated_input is not None:
+        check_json("updatedInput", updated_input, MAX_UPDATED_INPUT_BYTES)
+    check_text("message", message or "", MAX_MESSAGE_CHARS)
 
 
 def request_to_decide(task: Task, request_id: str | None) -> PermissionRequest:
@@ -121,7 +123,7 @@ def decide_permission(
     via: str = DecidedVia.API,
 ) -> PermissionRequest:
     """Answer one pending request (the oldest when request_id is None). Exactly one answer ever wins."""
-    check_decision(behavior, updated_input, message)
+    check_decision(behavior, request_id, updated_input, message)
     allowed = behavior == "allow"
     if not allowed and not message:
         message = f"Denied by {by or 'the planner'}"

@@ -16,6 +16,7 @@ from jobs.actions.events import append_events, status_event
 from jobs.actions.liveness import live_supervisors, settle_if_orphaned
 from jobs.actions.workers import served_cwd, wait_reason
 from jobs.errors import Conflict, InvalidInput, NotFound, QueueFull
+from jobs.inputs import check_int, check_text
 from jobs.models import AgentSession, Task
 from jobs.vocabulary import Agent, PermissionMode, Source, Status
 
@@ -23,6 +24,8 @@ SUPPORTED_AGENTS = tuple(Agent)
 MAX_TIMEOUT_S = 7 * 24 * 3600
 MAX_TURNS = 10_000
 MAX_REASON_CHARS = 2_000
+MAX_ARGV_CHARS = 200  # one value in an agent's argv (docs/architecture.md, "Confinement before execution")
+SHOWN_ID_CHARS = 36  # a UUID as text: a longer id is shown shortened in the answer
 # Which options each agent takes; every adapter's options are checked here, once.
 AGENT_OPTIONS = {
     Agent.CLAUDE: {"model", "max_turns", "allowed_tools"},
@@ -39,11 +42,18 @@ JOIN_ATTEMPTS = 5
 
 
 def get_task(task_id: str | uuid.UUID) -> Task:
-    """The task with this public id, or NotFound (also for ids that are not UUIDs at all)."""
+    """The task with this public id, or NotFound (also for ids that are not UUIDs at all: a placeholder such as the
+    README's `6f1c…`, or text of any length, shown shortened)."""
     try:
         public_id = task_id if isinstance(task_id, uuid.UUID) else uuid.UUID(str(task_id).strip())
     except ValueError:
-        raise NotFound(f"no task {task_id!r}: task ids look like 0b4f8e2c-…", code="no_such_task") from None
+        shown = str(task_id)
+        shown = shown if len(shown) <= SHOWN_ID_CHARS else f"{shown[:SHOWN_ID_CHARS]}… ({len(shown)} characters)"
+        raise NotFound(
+            f"no task {shown!r}: task ids look like 0b4f8e2c-5d7a-4c1e-9f3b-2a6d8e1c4b70 (the task_id a create "
+            "answered with; GET /v1/tasks lists them)",
+            code="no_such_task",
+        ) from None
     try:
         task = Task.objects.select_related("session").get(public_id=public_id)
     except Task.DoesNotExist:
@@ -71,11 +81,13 @@ class TaskSpec:
 def argv_value(name: str, value: object) -> str:
     """A value that goes into an agent's argv: a non-empty single-line string that cannot pass for a flag."""
     if not isinstance(value, str) or not value.strip():
-        raise InvalidInput(f"{name} must be a non-empty string")
-    value = value.strip()
-    if value.startswith("-") or any(ord(c) < 32 for c in value) or len(value) > 200:
+        raise InvalidInput(f"{name} must be a non-empty string", field=name)
+    value = check_text(name, value).strip()
+    if value.startswith("-") or any(ord(c) < 32 for c in value) or len(value) > MAX_ARGV_CHARS:
         raise InvalidInput(
-            f"{name} {value[:50]!r} is not allowed: at most 200 characters, one line, not starting with '-'"
+            f"{name} {value[:50]!r} is not allowed: at most {MAX_ARGV_CHARS} characters, one line, "
+            "not starting with '-'",
+            field=name,
         )
     return value
 
@@ -88,14 +100,15 @@ def checked_options(agent: str, options: dict[str, Any]) -> dict[str, Any]:
         if value is None:
             continue
         if key not in allowed:
-            raise InvalidInput(f"{agent} tasks take no {key!r} option; they take: {', '.join(sorted(allowed))}")
+            raise InvalidInput(
+                f"{agent} tasks take no {check_text('option', key, MAX_ARGV_CHARS)!r} option; "
+                f"they take: {', '.join(sorted(allowed))}"
+            )
         if key == "max_turns":
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TURNS:
-                raise InvalidInput(f"max_turns must be a whole number from 1 to {MAX_TURNS}, not {value!r}")
-            checked[key] = value
+            checked[key] = check_int("max_turns", value, 1, MAX_TURNS)
         elif key in LIST_OPTIONS:
             if not isinstance(value, list):
-                raise InvalidInput(f"{key} must be a list of names")
+                raise InvalidInput(f"{key} must be a list of names", field=key)
             entries = [argv_value(f"an entry of {key}", item) for item in value[: MAX_LIST_ENTRIES + 1]]
             size = len(",".join(entries))
             if len(value) > MAX_LIST_ENTRIES or size > MAX_LIST_CHARS:
@@ -129,15 +142,16 @@ def task_cwd_and_session(spec: TaskSpec) -> tuple[Path, AgentSession | None]:
 
 
 def check_prompt(prompt: object) -> str:
-    """The task text, refused when it is empty or over BRIDGE_MAX_PROMPT_BYTES."""
-    prompt = prompt if isinstance(prompt, str) else ""
+    """The task text, refused when it is empty, cannot be stored, or is over BRIDGE_MAX_PROMPT_BYTES."""
+    prompt = check_text("prompt", "" if prompt is None else prompt)
     if not prompt.strip():
-        raise InvalidInput("prompt is empty: say what the agent should do")
+        raise InvalidInput("prompt is empty: say what the agent should do", field="prompt")
     size = len(prompt.encode())
     if size > settings.BRIDGE_MAX_PROMPT_BYTES:
         raise InvalidInput(
             f"prompt is {size} bytes, over the limit of {settings.BRIDGE_MAX_PROMPT_BYTES} "
-            "(BRIDGE_MAX_PROMPT_BYTES); put long material in a file in the working directory instead"
+            "(BRIDGE_MAX_PROMPT_BYTES); put long material in a file in the working directory instead",
+            field="prompt",
         )
     return prompt
 
@@ -146,20 +160,43 @@ def checked_run_settings(spec: TaskSpec) -> tuple[str, dict[str, Any], int | Non
     """The permission mode, options and timeout a spec asks for, validated: (mode, options, timeout_s)."""
     if spec.agent not in SUPPORTED_AGENTS:
         raise InvalidInput(
-            f"unknown agent {spec.agent!r}; this Bridge runs: {', '.join(SUPPORTED_AGENTS)}",
+            f"unknown agent {str(spec.agent)[:50]!r}; this Bridge runs: {', '.join(SUPPORTED_AGENTS)}",
+            field="agent",
             supported=list(SUPPORTED_AGENTS),
         )
     if spec.permission_mode not in (PermissionMode.APPROVE, PermissionMode.BYPASS):
-        raise InvalidInput(f"permission_mode must be 'approve' or 'bypass', not {spec.permission_mode!r}")
+        raise InvalidInput(
+            f"permission_mode must be 'approve' or 'bypass', not {str(spec.permission_mode)[:50]!r}",
+            field="permission_mode",
+        )
     mode = PermissionMode.SKIP if spec.skip_permissions else spec.permission_mode
     options = checked_options(spec.agent, spec.options)
     if spec.resume_session_id:
         argv_value("the session id", spec.resume_session_id)
     # None: no limit, when the operator set BRIDGE_TASK_TIMEOUT_S=0 and the task names none
     timeout_s = (settings.BRIDGE_TASK_TIMEOUT_S or None) if spec.timeout_s is None else spec.timeout_s
-    if timeout_s is not None and not 1 <= timeout_s <= MAX_TIMEOUT_S:
-        raise InvalidInput(f"timeout_s must be between 1 and {MAX_TIMEOUT_S} seconds, not {timeout_s}")
+    if timeout_s is not None:
+        check_int("timeout_s", timeout_s, 1, MAX_TIMEOUT_S)
     return mode, options, timeout_s
+
+
+def session_home(session: AgentSession) -> str:
+    """Where a follow-up of `session` must run: the supervisor that ran its newest task, since the agent keeps its
+    session on that host. Its declared name when it has one, else its host (the default name `host:pid:random` dies
+    with the process); "" when no supervisor has run it yet."""
+    last = Task.objects.filter(session=session, worker__isnull=False).select_related("worker").newest_first().first()
+    if last is None:
+        return ""
+    worker = last.worker
+    return worker.host if worker.name.startswith(f"{worker.host}:") else worker.name
+
+
+def checked_target(spec: TaskSpec, session: AgentSession | None) -> str:
+    """The supervisor a task must run on: the one the caller names; for a follow-up of a known session, its home
+    (`session_home`); else "" (any supervisor that serves the cwd)."""
+    if spec.target is not None and str(spec.target).strip():
+        return argv_value("target", spec.target)
+    return session_home(session) if session is not None else ""
 
 
 def lock_queue_admissions() -> None:
@@ -181,7 +218,7 @@ def create_task(spec: TaskSpec, *, dedupe_key: str = "") -> Task:
     mode, options, timeout_s = checked_run_settings(spec)
     cwd, session = task_cwd_and_session(spec)
     resume_id = (spec.resume_session_id or "").strip()
-    target = argv_value("target", spec.target) if (spec.target or "").strip() else ""
+    target = checked_target(spec, session)
     waits_because = wait_reason(str(cwd), target, live_supervisors())  # "" when a live supervisor serves it
 
     with transaction.atomic():
@@ -213,10 +250,15 @@ def create_task(spec: TaskSpec, *, dedupe_key: str = "") -> Task:
     return task
 
 
-def task_dedupe_key(agent: str, prompt: str, cwd: str, resume_id: str, mode: str, options: dict[str, Any]) -> str:
+def task_dedupe_key(
+    agent: str, prompt: str, cwd: str, resume_id: str, mode: str, options: dict[str, Any], target: str
+) -> str:
     """What makes two tasks the same job: SHA-256 (hex) of the canonical JSON of agent, prompt, cwd, resumed session,
-    permission mode and options (keys sorted, so option order does not matter; list order does)."""
-    canonical = json.dumps([agent, prompt, cwd, resume_id, mode, options], sort_keys=True, separators=(",", ":"))
+    permission mode, options (keys sorted, so option order does not matter; list order does) and target (the same
+    work on another machine is another job)."""
+    canonical = json.dumps(
+        [agent, prompt, cwd, resume_id, mode, options, target], sort_keys=True, separators=(",", ":")
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -227,18 +269,19 @@ def _is_dedupe_conflict(exc: IntegrityError) -> bool:
 
 
 def create_or_join_task(spec: TaskSpec) -> tuple[Task, bool]:
-    """Queue a task unless an identical one (agent, prompt, cwd, resumed session, permission mode, options) is
-    queued or running: a planner that re-sends a task it lost track of gets the job already doing it.
+    """Queue a task unless an identical one (agent, prompt, cwd, resumed session, permission mode, options, target)
+    is queued or running: a planner that re-sends a task it lost track of gets the job already doing it.
     Returns (task, created).
 
     Exactly once across processes and hosts: the task carries a dedupe key, and the database admits one queued or
     running task per key. Of two identical requests at once, one inserts; the other's insert fails (its own
     transaction, or savepoint inside a caller's, rolls back) and it joins the winner's task. Only tasks made here
     have a key: a task made by a plain create is never joined."""
-    cwd, _ = task_cwd_and_session(spec)
+    prompt = check_prompt(spec.prompt)
     mode, options, _ = checked_run_settings(spec)
+    cwd, session = task_cwd_and_session(spec)
     resume_id = (spec.resume_session_id or "").strip()
-    key = task_dedupe_key(spec.agent, check_prompt(spec.prompt), str(cwd), resume_id, mode, options)
+    key = task_dedupe_key(spec.agent, prompt, str(cwd), resume_id, mode, options, checked_target(spec, session))
     for _ in range(JOIN_ATTEMPTS):
         same = Task.objects.active().filter(dedupe_key=key).order_by("created_at", "id").first()
         if same is not None:
@@ -261,7 +304,7 @@ def known_session_id(agent: str, session_id: str, cwd: str | None) -> str:
     default cwd when none is given); any other id must be one Bridge has recorded or, for Hermes, one in Hermes' own
     session store ($HERMES_HOME/state.db, read without starting Hermes), so typos fail before a run. Where no store
     can be read here, any well-formed Hermes id is taken and the agent's own error tells if it is wrong."""
-    session_id = (session_id or "").strip()
+    session_id = check_text("session_id", session_id or "", MAX_ARGV_CHARS).strip()
     if session_id == "latest":
         resolved = str(paths.resolve_cwd(cwd))
         task = (
@@ -296,8 +339,9 @@ def known_session_id(agent: str, session_id: str, cwd: str | None) -> str:
     )
 
 
-def continue_task(task: Task, prompt: str, *, source: str = Source.API, created_by: str = "") -> Task:
-    """A follow-up in the same agent session and directory, with the same agent, mode and options."""
+def continue_task(task: Task, prompt: str, *, source: str = Source.API, created_by: str = "", target: str = "") -> Task:
+    """A follow-up in the same agent session and directory, with the same agent, mode and options, on the supervisor
+    that ran the session (`session_home`) unless `target` names another."""
     if task.session is None:
         raise Conflict(
             f"task {task.public_id} has no agent session to continue (the agent never reported one: it "
@@ -315,15 +359,14 @@ def continue_task(task: Task, prompt: str, *, source: str = Source.API, created_
         options=task.options,
         source=source,
         created_by=created_by,
+        target=target,
     )
     return create_task(spec)
 
 
 def request_cancel(task: Task, reason: str = "cancelled by request", by: str = "") -> Task:
     """Cancel a task: a queued one leaves the queue at once; a running one is stopped by its supervisor."""
-    reason = reason or "cancelled by request"
-    if len(reason) > MAX_REASON_CHARS:
-        raise InvalidInput(f"reason is {len(reason)} characters, over the limit of {MAX_REASON_CHARS}")
+    reason = check_text("reason", reason or "cancelled by request", MAX_REASON_CHARS)
     with transaction.atomic():
         now = timezone.now()
         dequeued = (

@@ -4,14 +4,19 @@ import hashlib
 import secrets
 from datetime import timedelta
 
+from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from jobs.errors import Conflict, InvalidInput
+from jobs.hints import manage_command
+from jobs.inputs import check_text
 from jobs.models import ApiToken
 
 TOKEN_PREFIX = "brg_"
 PREFIX_LEN = len(TOKEN_PREFIX) + 8
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+MAX_NAME_CHARS = ApiToken._meta.get_field("name").max_length
 
 
 def token_digest(token: str) -> str:
@@ -19,10 +24,32 @@ def token_digest(token: str) -> str:
 
 
 def create_token(name: str) -> tuple[ApiToken, str]:
-    """Make a token; the plain text is returned once and never stored."""
+    """Make a token; the plain text is returned once and never stored. A name an active token has is refused; a
+    revoked token's name may be used again (`free_name`)."""
+    name = check_text("the token name", name, MAX_NAME_CHARS).strip()
+    if not name:
+        raise InvalidInput("give the token a name, e.g. 'hermes'", field="name")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken.objects.create(name=name, prefix=token[:PREFIX_LEN], hash=token_digest(token))
+    with transaction.atomic():
+        free_name(name)
+        row = ApiToken.objects.create(name=name, prefix=token[:PREFIX_LEN], hash=token_digest(token))
     return row, token
+
+
+def free_name(name: str) -> None:
+    """Make `name` free for a new token: refused while an active token has it; a revoked one's row is renamed
+    `name~<id>` (kept, for the record of when it was made, used and revoked)."""
+    old = ApiToken.objects.select_for_update().filter(name=name).first()
+    if old is None:
+        return
+    if old.revoked_at is None:
+        raise Conflict(
+            f"a token named {name!r} is active: revoke it first ({manage_command('token', 'revoke', name)}) "
+            "or pick another name",
+            code="token_name_taken",
+        )
+    suffix = f"~{old.pk}"
+    ApiToken.objects.filter(pk=old.pk).update(name=name[: MAX_NAME_CHARS - len(suffix)] + suffix)
 
 
 def revoke_tokens(tokens: QuerySet) -> int:

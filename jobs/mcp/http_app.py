@@ -8,6 +8,7 @@ from django.http import HttpResponse
 from mcp.server.transport_security import TransportSecuritySettings
 
 from jobs import auth
+from jobs.errors import Unauthenticated
 from jobs.mcp.server import get_server, in_db
 from jobs.middleware import database_busy_response
 
@@ -26,10 +27,11 @@ def _transport_security() -> TransportSecuritySettings:
     )
 
 
-def _has_valid_token(headers: list[tuple[bytes, bytes]]) -> bool:
-    """A token, exactly as the REST API takes it (no browser sessions: MCP clients are programs)."""
+def _refusal(headers: list[tuple[bytes, bytes]]) -> Unauthenticated | None:
+    """None for a valid token, exactly as the REST API takes it (no browser sessions: MCP clients are programs); else
+    why not, in the words every HTTP interface uses."""
     header = dict((name.lower(), value) for name, value in headers).get(b"authorization", b"").decode("latin-1")
-    return (auth.identify(header) or "").startswith("token:")
+    return None if (auth.identify(header) or "").startswith("token:") else auth.refusal(header)
 
 
 class McpHttpApp:
@@ -54,14 +56,14 @@ class McpHttpApp:
         if scope["type"] != "http" or not (path == self.path or path.startswith(self.path + "/")):
             return await self.fallback(scope, receive, send)
         try:
-            valid = await in_db(_has_valid_token)(scope.get("headers", []))
+            refused = await in_db(_refusal)(scope.get("headers", []))
         except Exception as exc:
             busy = database_busy_response(exc)  # the same JSON 503 as every other HTTP interface
             if busy is None:
                 raise
             return await self._send(send, busy)
-        if not valid:
-            return await self._send(send, auth.unauthorized())
+        if refused is not None:
+            return await self._send(send, auth.unauthorized(refused))
         await self._start_session_manager()
         await self.mcp_app(scope, receive, send)
 

@@ -101,7 +101,7 @@ async def hermes_run(
     task: str,
     cwd: str | None = None,
     max_turns: StrictInt | None = None,
-    timeout_s: int | None = None,
+    timeout_s: StrictInt | None = None,
     wait_s: float = 5,
     skills: list[str] | str | None = None,
     toolsets: list[str] | str | None = None,
@@ -130,7 +130,7 @@ async def hermes_resume(
     task: str,
     cwd: str | None = None,
     max_turns: StrictInt | None = None,
-    timeout_s: int | None = None,
+    timeout_s: StrictInt | None = None,
     wait_s: float = 5,
 ) -> str:
     """Continue a Hermes session with a new task. session_id is an earlier reply's SESSION_ID, any Hermes session
@@ -153,7 +153,7 @@ async def claude_run(
     model: str | None = None,
     max_turns: StrictInt | None = None,
     allowed_tools: list[str] | None = None,
-    timeout_s: int | None = None,
+    timeout_s: StrictInt | None = None,
     wait_s: float = 5,
     target: str | None = None,
 ) -> str:
@@ -180,7 +180,7 @@ async def claude_resume(
     cwd: str | None = None,
     permission_mode: Literal["approve", "bypass"] = "approve",
     max_turns: StrictInt | None = None,
-    timeout_s: int | None = None,
+    timeout_s: StrictInt | None = None,
     wait_s: float = 5,
 ) -> str:
     """Continue a Claude Code session (SESSION_ID from an earlier reply, or "latest" for cwd) with a new task."""

@@ -20,9 +20,9 @@ from twisted.internet import reactor
 from bridge.asgi import application
 from jobs import executors, integrations, processes
 from jobs.auth import login_link_path
-from jobs.backpressure import FlowControlledServer
 from jobs.hints import manage_command
 from jobs.supervisor import Supervisor
+from jobs.webserver import FlowControlledServer
 
 log = logging.getLogger("jobs")
 

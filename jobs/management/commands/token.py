@@ -3,6 +3,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs.actions import create_token, revoke_tokens
+from jobs.errors import BridgeError
+from jobs.hints import manage_command
 from jobs.models import ApiToken
 
 
@@ -20,13 +22,11 @@ class Command(BaseCommand):
 
     def handle(self, *args, action, **options):
         if action == "create":
-            name = options["name"].strip()
-            if not name:
-                raise CommandError("give the token a name, e.g. 'hermes'")
-            if ApiToken.objects.filter(name=name).exists():
-                raise CommandError(f"a token named {name!r} exists; revoke it or pick another name")
-            _, token = create_token(name)
-            self.stderr.write(f"Token {name!r} created. It is shown once; keep it somewhere safe:")
+            try:
+                row, token = create_token(options["name"])
+            except BridgeError as exc:  # an active token has the name, or the name is empty or unusable
+                raise CommandError(exc.message) from None
+            self.stderr.write(f"Token {row.name!r} created. It is shown once; keep it somewhere safe:")
             self.stdout.write(token)
         elif action == "ensure":
             active = ApiToken.objects.filter(revoked_at__isnull=True)
@@ -34,7 +34,7 @@ class Command(BaseCommand):
                 names = ", ".join(active.values_list("name", flat=True))
                 self.stderr.write(
                     f"API tokens exist ({names}); each was shown once when made. "
-                    "A new one: python manage.py token create NAME"
+                    f"A new one: {manage_command('token', 'create', 'NAME')}"
                 )
                 return
             _, token = create_token("default")
@@ -47,5 +47,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"{row.name}\t{row.prefix}…\t{state}\t{used}")
         else:
             if not revoke_tokens(ApiToken.objects.filter(name=options["name"])):
-                raise CommandError(f"no active token named {options['name']!r}")
+                raise CommandError(
+                    f"no active token named {options['name']!r}; see the tokens with: {manage_command('token', 'list')}"
+                )
             self.stdout.write(f"revoked {options['name']}")

@@ -1,4 +1,9 @@
-"""Back-pressure for Daphne: an ASGI `send` that waits while the client is not reading.
+"""Daphne as runbridge serves Bridge: JSON answers to requests Twisted cannot parse, and back-pressure on streams.
+
+`HttpChannel`: Twisted drops a connection whose request line is over its line limit without a word, and answers an
+unparsable request with an empty 400; Bridge's channel raises the limit and answers each in the API's error shape.
+
+Back-pressure: an ASGI `send` that waits while the client is not reading.
 
 Daphne hands every reply straight to Twisted, which buffers whatever the socket cannot take yet, without limit: a
 client that stops reading an SSE stream or a websocket made the server hold the rest of the transcript for it.
@@ -11,14 +16,63 @@ batch; a client that stays stuck for `BRIDGE_STREAM_STALL_S` is disconnected and
 """
 
 import asyncio
+import json
 import logging
 
 from daphne.server import Server
 from django.conf import settings
 from twisted.internet.interfaces import IPushProducer
+from twisted.web import http
 from zope.interface import implementer
 
 log = logging.getLogger("jobs")
+
+# A request line (method, URL, version) or one header line may be this long; the line and all headers together,
+# twice that. Twisted's own 16 KiB cut off a 60,000-character task_id; longer still is answered 414 or 431.
+MAX_REQUEST_LINE_BYTES = 64 * 1024
+MAX_REQUEST_HEAD_BYTES = 2 * MAX_REQUEST_LINE_BYTES
+HTTP_REASONS = {400: b"Bad Request", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
+
+
+class HttpChannel(http.HTTPChannel):
+    """Twisted's HTTP/1.1 connection with Bridge's limits and answers. Twisted drops a connection whose request line
+    is over its line limit without a word, and answers an unparsable request (a URL with raw non-ASCII characters,
+    such as the README's placeholder `6f1c…` pasted into curl) with an empty 400; here each gets a JSON body saying
+    what was wrong and what to do. `FlowControlledServer` makes one per connection."""
+
+    MAX_LENGTH = MAX_REQUEST_LINE_BYTES
+    totalHeadersSize = MAX_REQUEST_HEAD_BYTES
+
+    def lineLengthExceeded(self, line: bytes) -> None:
+        if not self.requests:  # no request has begun: this is its first line, the URL
+            self.refuse(
+                414,
+                "uri_too_long",
+                f"the request's URL is over {MAX_REQUEST_LINE_BYTES} bytes: send long values in a POST body "
+                "(a task id is 36 characters)",
+            )
+        else:
+            self.refuse(431, "headers_too_large", f"a request header is over {MAX_REQUEST_LINE_BYTES} bytes")
+
+    def _respondToBadRequestAndDisconnect(self) -> None:
+        """Twisted's one answer to every request it cannot parse (it names none of them apart)."""
+        self.refuse(
+            400,
+            "bad_http_request",
+            "the HTTP request could not be read: a URL must be ASCII (percent-encode other characters, e.g. "
+            "curl -G --data-urlencode 'task_id=…'; ids in the README such as 6f1c… are placeholders for the task_id "
+            "a create answered with), headers well-formed, and the request line and headers under "
+            f"{MAX_REQUEST_HEAD_BYTES} bytes in all",
+        )
+
+    def refuse(self, status: int, code: str, message: str) -> None:
+        body = json.dumps({"error": message, "code": code}).encode()
+        head = (
+            f"HTTP/1.1 {status} {HTTP_REASONS[status].decode()}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        self.transport.write(head.encode() + body)
+        self.loseConnection()
 
 
 @implementer(IPushProducer)
@@ -40,7 +94,17 @@ class Drain:
 
 
 class FlowControlledServer(Server):
-    """Daphne's server whose `send` for response bodies and websocket frames waits until the client has read."""
+    """Daphne's server whose `send` for response bodies and websocket frames waits until the client has read, and
+    whose HTTP connections are `HttpChannel`s."""
+
+    @property
+    def http_factory(self) -> http.HTTPFactory:
+        return self._http_factory
+
+    @http_factory.setter
+    def http_factory(self, factory: http.HTTPFactory) -> None:  # Daphne makes its factory inside run()
+        factory.protocol = HttpChannel
+        self._http_factory = factory
 
     async def handle_reply(self, protocol, message) -> None:
         kind, more = message.get("type"), message.get("more_body", False)
