@@ -1,13 +1,12 @@
 """Shared fixtures: confined work roots, the fake agent and an in-process supervisor (helpers: tests/support.py)."""
 
 import os
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-from tests.support import FAKES, database_url
+from tests.support import database_url, fake_agent_script
 
 
 @pytest.fixture
@@ -22,9 +21,7 @@ def work_root(tmp_path, settings) -> Path:
 @pytest.fixture
 def fake_agent(tmp_path, settings) -> Path:
     """Point BRIDGE_CLAUDE_BIN at the fake stream-json agent, with short grace periods."""
-    script = tmp_path / "fake-claude"
-    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_claude.py"}" "$@"\n')
-    script.chmod(0o755)
+    script = Path(fake_agent_script(tmp_path))
     settings.BRIDGE_CLAUDE_BIN = str(script)
     settings.BRIDGE_KILL_GRACE_S = 1
     settings.BRIDGE_DRAIN_S = 0

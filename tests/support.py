@@ -66,6 +66,17 @@ def wait_for(task: Task, predicate: Callable[[Task], bool] = lambda t: t.is_term
         unsubscribe()
 
 
+def wait_until(check: Callable[[], object], timeout: float = 30, what: str = "") -> object:
+    """Look again every 50 ms until `check()` is truthy, for what has no doorbell to wait on (another process's
+    state, a log file); fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what or check}")
+        time.sleep(0.05)
+    return value
+
+
 def has_event(kind: str, **match) -> Callable[[Task], bool]:
     def check(task: Task) -> bool:
         return any(

@@ -8,17 +8,14 @@ import base64
 import os
 import re
 import socket
-import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.e2e import BridgeServer
-from tests.support import FAKES
+from tests.support import fake_agent_script, wait_until
 
 LINES, LINE_BYTES = 12_000, 1_000  # a 12 MB transcript
 READERS = 4
@@ -33,11 +30,9 @@ CLOSED_RE = re.compile(r"closed a stream to .*: its client read nothing")
 def flooded(tmp_path):
     """A fresh server (its memory not yet grown by another test) holding one finished task with a large transcript."""
     root = tmp_path
-    agent = root / "fake-claude"
-    agent.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_claude.py"}" "$@"\n')
-    agent.chmod(0o755)
+    agent = fake_agent_script(root)
     env = {"BRIDGE_STREAM_STALL_S": str(STALL_S)}
-    with BridgeServer(root, "http://127.0.0.1:9", claude=str(agent), extra_env=env) as server:
+    with BridgeServer(root, "http://127.0.0.1:9", claude=agent, extra_env=env) as server:
         task_id = server.create_task(f"flood {LINES} {LINE_BYTES}", server.work)
         wait_until(lambda: server.task(task_id)["status"] == "done", timeout=120, what="the flood to end")
         yield server, task_id
@@ -67,15 +62,6 @@ def websocket_request(server: BridgeServer, task_id: str) -> str:
         f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nOrigin: http://127.0.0.1\r\n"
         f"Authorization: Bearer {server.token}\r\n\r\n"
     )
-
-
-def wait_until(check: Callable[[], object], timeout: float, what: str) -> None:
-    """Look again every 50 ms until `check()` is truthy (what the server shows from outside has no doorbell)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class PeakMemory(threading.Thread):
