@@ -81,13 +81,18 @@ _BUSY_MESSAGES = (
     "remaining connection slots are reserved",
     "database is locked",
     "database table is locked",
+    # the server ended this request's connection mid-way (a restart, pg_terminate_backend): its transaction did not
+    # commit, and the pool hands the next request a checked connection (CONN_HEALTH_CHECKS), so trying again works
+    "terminating connection",
+    "server closed the connection unexpectedly",
 )
-_BUSY_SQLSTATES = {"53300"}
+_BUSY_SQLSTATES = {"53300", "57P01", "57P02"}  # too many connections, admin shutdown, crash shutdown
 
 
 def is_database_busy(exc: BaseException) -> bool:
-    """Whether `exc` (or what it wraps) says the database had no connection or lock to give in time, as opposed to
-    any other database failure (a missing table, a refused connection), which stays an internal error."""
+    """Whether `exc` (or what it wraps) says the database had no connection or lock to give in time, or ended the
+    connection under the request, as opposed to any other database failure (a missing table, a refused connection),
+    which stays an internal error."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:

@@ -364,6 +364,8 @@ def pool_timeout() -> OperationalError:
     [
         busy(),
         busy("connection failed: FATAL:  sorry, too many clients already"),
+        busy("terminating connection due to administrator command"),
+        busy("server closed the connection unexpectedly\n\tThis probably means the server terminated abnormally"),
         pytest.param("pool", id="pool-timeout"),
     ],
 )
