@@ -97,7 +97,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "jobs.middleware.DatabaseBusyMiddleware",  # first: a busy database is a JSON 503 wherever it shows
-    "jobs.middleware.ApiAnswersJsonMiddleware",  # every error under /v1/ in the API's JSON shape
+    "jobs.middleware.api_answers_json",  # every error under /v1/ in the API's JSON shape
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -23,6 +23,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.core.signals import got_request_exception
 from django.db.backends.signals import connection_created
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.decorators import sync_and_async_middleware
 from django.views import defaults
 
 from jobs.errors import BridgeError, DatabaseBusy, is_database_busy
@@ -84,25 +85,21 @@ class DatabaseBusyMiddleware:
         return response
 
 
-class ApiAnswersJsonMiddleware:
+@sync_and_async_middleware
+def api_answers_json(get_response: Callable) -> Callable:
     """Under /v1/ every error is JSON in the API's shape: one Django or django-ninja answers as HTML or plain text
     (a 405 for a method a path does not take) is rewritten, keeping its status and its Allow header."""
+    if iscoroutinefunction(get_response):
 
-    sync_capable = True
-    async_capable = True
+        async def answer_async(request: HttpRequest) -> HttpResponse:
+            return as_json_error(request, await get_response(request))
 
-    def __init__(self, get_response: Callable) -> None:
-        self.get_response = get_response
-        if iscoroutinefunction(get_response):
-            markcoroutinefunction(self)
+        return answer_async
 
-    def __call__(self, request: HttpRequest):
-        if iscoroutinefunction(self):
-            return self.__acall__(request)
-        return as_json_error(request, self.get_response(request))
+    def answer(request: HttpRequest) -> HttpResponse:
+        return as_json_error(request, get_response(request))
 
-    async def __acall__(self, request: HttpRequest) -> HttpResponse:
-        return as_json_error(request, await self.get_response(request))
+    return answer
 
 
 def as_json_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:

@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import queue
-import re
 import sqlite3
 import subprocess
 import sys
@@ -26,9 +25,8 @@ from django.test import AsyncClient, Client
 from jobs import actions
 from jobs.models import AgentSession, Task
 from jobs.vocabulary import Status
-from tests.support import REPO, database_url, postgres_or_skip, rerun_on_postgres
+from tests.support import REPO, WebProcess, database_url, postgres_or_skip, rerun_on_postgres
 
-LISTENING_RE = re.compile(r"Bridge is listening on (http://\S+?)/?\s*$")
 RACERS = 8
 ROUNDS = 20
 BURST = 200
@@ -212,32 +210,11 @@ def bridge_server(settings, tmp_path, work_root):
         BRIDGE_DB_RETRY_AFTER_S="1",
         PGAPPNAME=SERVER_APP,  # its PostgreSQL connections are counted by this name
     )
-    log_path = tmp_path / "runbridge.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runbridge", "--no-supervisor", "--host", "127.0.0.1", "--port", "0"],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-        )
-    out = Lines(proc)
+    server = WebProcess(env, tmp_path / "runbridge.log")
     try:
-        deadline = time.monotonic() + 60
-        url = ""
-        while not url:
-            match = LISTENING_RE.search(out.next(timeout=max(0.1, deadline - time.monotonic())))
-            url = match.group(1) if match else ""
-        yield url, log_path
+        yield server.url, server.log_path
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        server.stop()
 
 
 async def create_until_answered(client: httpx.AsyncClient, body: dict, seen: list[httpx.Response]) -> httpx.Response:
