@@ -323,12 +323,13 @@ def usage(request: HttpRequest) -> HttpResponse:
 
 
 class LoginView(auth_views.LoginView):
-    """The password form, naming the command that makes an account as it works when pasted (the venv's Python)."""
+    """The password form, naming the commands that make a new login link or an account as they work when pasted."""
 
     template_name = "jobs/login.html"
 
     def get_context_data(self, **kwargs) -> dict:
-        return {**super().get_context_data(**kwargs), "createsuperuser": manage_command("createsuperuser")}
+        commands = {"createsuperuser": manage_command("createsuperuser"), "login_link": manage_command("login_link")}
+        return {**super().get_context_data(**kwargs), **commands}
 
 
 @require_GET

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 
+import httpx
 import pytest
 
 from tests.e2e import REPO, BridgeServer
@@ -133,3 +134,30 @@ def test_what_never_reaches_django_is_answered_in_the_apis_shape(server, path, s
     got, body = raw_request(server, b"GET " + path + b" HTTP/1.1")
     assert (got, body["code"]) == (status, code), body
     assert body["error"]
+
+
+def test_a_new_login_link_without_a_restart(server):
+    """Issue 13.12: the link runbridge printed is valid for an hour and once; `login_link` makes another."""
+    printed = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "login_link"],
+        cwd=REPO,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    link = printed.stdout.strip().rsplit(" ", 1)[-1]
+    assert link.startswith(server.url.rstrip("/") + "/login/link/"), printed.stdout + printed.stderr
+    with httpx.Client(follow_redirects=True, trust_env=False) as browser:
+        page = browser.get(link)
+        assert page.status_code == 200 and str(page.url).rstrip("/") == server.url.rstrip("/"), page.url
+        assert "Tasks" in page.text, "logged in: the dashboard, not the login page"
+    unknown = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "login_link", "--user", "nobody"],
+        cwd=REPO,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert unknown.returncode != 0 and "no active user named 'nobody'" in unknown.stderr

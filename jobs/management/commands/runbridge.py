@@ -10,7 +10,6 @@ import threading
 
 from daphne.endpoints import build_endpoint_description_strings
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
@@ -19,7 +18,7 @@ from twisted.internet import reactor
 
 from bridge.asgi import application
 from jobs import executors, integrations, processes
-from jobs.auth import login_link_path
+from jobs.auth import login_link_path, login_user
 from jobs.hints import manage_command
 from jobs.supervisor import Supervisor
 from jobs.webserver import FlowControlledServer
@@ -111,12 +110,12 @@ class Command(BaseCommand):
             raise CommandError(port_taken(host, port, server.listen_failure))
 
     def _login_link(self) -> str:
-        """A link for the first superuser; on a fresh install, one named 'admin' without a password is made."""
-        users = get_user_model().objects
-        user = users.filter(is_superuser=True, is_active=True).order_by("pk").first()
-        if user is None:
-            user = users.create_superuser("admin", email="", password=None)
-            self.stderr.write("First run: made the superuser 'admin' (no password; use the login link below).")
+        """A link for the first superuser (made on a fresh install)."""
+        user, made = login_user()
+        if made:
+            self.stderr.write(
+                f"First run: made the superuser '{user.get_username()}' (no password; use the login link below)."
+            )
         return login_link_path(user)
 
     def _announce(self, server: ListeningServer) -> None:

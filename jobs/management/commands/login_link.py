@@ -1,0 +1,29 @@
+"""`manage.py login_link [--user NAME]`: a new one-time browser login link, without restarting Bridge."""
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from jobs import integrations
+from jobs.auth import login_link_path, login_user
+from jobs.hints import manage_command
+
+
+class Command(BaseCommand):
+    help = "Print a one-time login link (valid 1 hour) for the first superuser, or --user NAME."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--user", help="whom the link logs in (default: the first superuser)")
+
+    def handle(self, *args, user: str | None, **options) -> None:
+        if user:
+            account = get_user_model().objects.filter(username=user, is_active=True).first()
+            if account is None:
+                raise CommandError(
+                    f"no active user named {user!r}: leave out --user for the first superuser, or make one with "
+                    f"{manage_command('createsuperuser')}"
+                )
+        else:
+            account, _ = login_user()
+        url, source = integrations.server_url()
+        self.stdout.write(f"Open this one-time login link (valid 1 hour): {url}{login_link_path(account)}")
+        self.stderr.write(f"({url}: {source})")
