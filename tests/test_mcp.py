@@ -518,14 +518,19 @@ def over_http(bridge: BridgeServer, token: str, steps: Callable[[Session], Await
 
 
 def test_http_needs_a_token(bridge):
-    for headers in ({}, {"Authorization": "Bearer brg_wrong-token-that-is-long-enough"}):
+    """In the words REST uses: which of missing / unknown it was, and the command that makes a token."""
+    for headers, reason in (
+        ({}, "missing"),
+        ({"Authorization": "Bearer brg_wrong-token-that-is-long-enough"}, "no_such_token"),
+    ):
         response = httpx.post(
             bridge.url + "/mcp",
             json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
             headers={"Accept": "application/json, text/event-stream", **headers},
             trust_env=False,
         )
-        assert response.status_code == 401 and "Bearer" in response.json()["error"]
+        body = response.json()
+        assert response.status_code == 401 and body["reason"] == reason and "token create" in body["error"], body
     rebound = httpx.post(
         bridge.url + "/mcp",
         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
