@@ -213,8 +213,7 @@ def dispatch(args: argparse.Namespace) -> int:
         return subprocess.call([str(python), "-m", "pytest", *args.pytest_args], cwd=REPO)
     elif args.command == "bench":
         hermes_cli()
-        for script in ("run.py", "mcp_first_output.py"):
-            run(python, REPO / "tests" / "bench" / script)
+        run(python, REPO / "tests" / "bench" / "all.py")
     return 0
 
 

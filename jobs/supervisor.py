@@ -6,14 +6,11 @@ signal fires when the *thread* that forked the child ends. Each child leads its 
 reaches whatever the agent started too.
 """
 
-import json
 import logging
 import queue
 import subprocess
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
@@ -21,29 +18,24 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections
 
-from jobs import actions, doorbell, processes
-from jobs.errors import Conflict
-from jobs.models import PermissionRequest, Task, TaskEvent
-from jobs.resilience import DB_ERRORS, Outage, drop_connection, is_transient, retry
+from jobs import actions, doorbell, paths, processes
+from jobs.errors import BridgeError, Conflict
+from jobs.models import PermissionRequest, Task
+from jobs.recording import ESSENTIAL_KINDS, LINE_HEAD_BYTES, LineReader, Recorder, TailReader
+from jobs.resilience import DB_ERRORS, Outage, drop_connection, retry
 from jobs.runners import runner_for
-from jobs.runners.base import Decision, PermissionAsk, Runner, RunSpec, Step
-from jobs.vocabulary import PermissionStatus, Status
+from jobs.runners.base import Decision, Runner, RunSpec, Step
+from jobs.vocabulary import Status
 
 log = logging.getLogger(__name__)
 
-ESSENTIAL_KINDS = frozenset({"init", "result"})
-# Besides the essential ones, what a run keeps past BRIDGE_DB_BUFFER_BYTES while the database is away: its own notes.
-KEPT_WHILE_AWAY = ESSENTIAL_KINDS | {"stopping", "signal", "truncated"}
-HELD_EVENTS_MAX = 20_000  # events one run holds in memory while the database is away, however small they are
-NOTE_BYTES = 256  # what an event Bridge makes itself counts against BRIDGE_DB_BUFFER_BYTES
 STOP_RECORD_S = 10.0  # how long a stopping supervisor tries to record that it stopped
-LINE_HEAD_BYTES = 2000
 INBOX_SIZE = 10_000
 BATCH_LINES = 500
 HEARTBEAT_S = 5.0
 ORPHAN_SCAN_S = 30.0
-EXIT_WAIT_S = 0.05  # how often a run looks whether a child that closed its stdout (or exited) is gone
 EXIT_DRAIN_S = 5.0  # after the child exits, how long to wait for the end of its stdout (a grandchild may hold it)
+IDLE_WAIT_S = 60.0  # the longest a run waits with nothing due: a last net under its doorbell and the sweep
 
 
 # --- plain data for the runners ---------------------------------------------------------------------------------
@@ -68,56 +60,6 @@ def decision_for(perm: PermissionRequest) -> Decision:
         updated_input=perm.updated_input,
         message=perm.message,
     )
-
-
-class LineReader(threading.Thread):
-    """Reads a child's stdout as lines; a line over the cap is cut to its head and counted, never held whole."""
-
-    def __init__(self, stream, inbox: queue.Queue, max_bytes: int) -> None:
-        super().__init__(daemon=True, name="stdout-reader")
-        self.stream, self.inbox, self.max_bytes = stream, inbox, max_bytes
-
-    def run(self) -> None:
-        try:
-            while line := self.stream.readline(self.max_bytes + 1):
-                if len(line) > self.max_bytes and not line.endswith(b"\n"):
-                    head, size = line[:LINE_HEAD_BYTES], len(line)
-                    while more := self.stream.readline(self.max_bytes + 1):
-                        size += len(more)
-                        if more.endswith(b"\n"):
-                            break
-                    self.inbox.put(("oversized", head, size))
-                else:
-                    self.inbox.put(("line", line))
-        except (OSError, ValueError):
-            pass
-        finally:
-            self.inbox.put(("eof",))
-
-
-class TailReader(threading.Thread):
-    """Keeps the last `limit` bytes of a stream (the child's stderr)."""
-
-    def __init__(self, stream, limit: int) -> None:
-        super().__init__(daemon=True, name="stderr-reader")
-        self.stream, self.limit = stream, limit
-        self.buffer = bytearray()
-        self.total = 0
-
-    def run(self) -> None:
-        try:
-            while chunk := self.stream.read1(65536):
-                self.total += len(chunk)
-                self.buffer += chunk
-                del self.buffer[: max(0, len(self.buffer) - self.limit)]
-        except (OSError, ValueError):
-            pass
-
-    def text(self) -> str:
-        text = self.buffer.decode(errors="replace")
-        if self.total > len(self.buffer):
-            text = f"[… {self.total - len(self.buffer)} earlier bytes of stderr not kept]\n" + text
-        return text
 
 
 class StopStep(Enum):
@@ -165,183 +107,6 @@ class GaveUp:
         return text + ". Nothing was re-run."
 
 
-@dataclass
-class Write:
-    """One write a run owes the database, in the agent's order."""
-
-    kind: str  # "spawned", "session", "events", "ask", "withdraw" or "delivered"
-    payload: Any
-    tried: bool = False  # a try failed: it may have been committed all the same, so look before writing it again
-    after: int = 0  # the last seq this run had seen written when it was first tried: it would lie after that
-
-
-class Recorder:
-    """A TaskRun's writes, in order, held in memory while the database is away and written when it answers again.
-
-    `flush` writes them oldest first; a failure keeps the failed write and all after it for the next try, after the
-    outage's backoff. A write whose try failed may have been committed all the same (the connection can drop during
-    COMMIT), so before it is written again the database is asked whether it is there: nothing is recorded twice.
-    The events held are bounded by BRIDGE_DB_BUFFER_BYTES and HELD_EVENTS_MAX (reached only while the database is
-    away or slow); past either only KEPT_WHILE_AWAY kinds are kept, and one `truncated` event counts the rest.
-    """
-
-    def __init__(self, task: Task, on_recorded: Callable[[PermissionRequest], None]) -> None:
-        self.task = task
-        self.on_recorded = on_recorded  # a permission request is in the database (already answered: pass it on)
-        self.writes: deque[Write] = deque()
-        self.outage = Outage(f"task {task.public_id}")
-        self.held_bytes = 0
-        self.held_events = 0
-        self.note: tuple[Write, dict] | None = None  # the `truncated` event counting what is being dropped
-        self.dropped = 0  # events dropped over the whole run
-        self.delivered: set[int] = set()  # permission answers written to the agent: never twice
-
-    def add(self, kind: str, payload: Any) -> None:
-        self.writes.append(Write(kind, payload))
-
-    def add_events(self, events: list[tuple[str, dict]], size: int = NOTE_BYTES) -> None:
-        """Queue events (`size`: the bytes of output they came from)."""
-        if not events:
-            return
-        over = (
-            self.held_bytes + size > settings.BRIDGE_DB_BUFFER_BYTES or self.held_events + len(events) > HELD_EVENTS_MAX
-        )
-        if over or self.note is not None:  # a memory bound, whatever the database does; once dropping, no holes
-            kept = [event for event in events if event[0] in KEPT_WHILE_AWAY]
-            self._count_dropped(len(events) - len(kept), size)
-            events = kept
-        else:
-            self.held_bytes += size
-        self.held_events += len(events)
-        self._open_batch().payload.extend(events)
-
-    def _open_batch(self) -> Write:
-        """The last queued write if it is a batch of events never tried (a tried one must stay as it was)."""
-        if not self.writes or self.writes[-1].kind != "events" or self.writes[-1].tried:
-            self.add("events", [])
-        return self.writes[-1]
-
-    def _count_dropped(self, count: int, size: int) -> None:
-        if self.note is None or self.note[0].tried:
-            data = {"reason": "", "events": 0, "bytes": 0}
-            batch = self._open_batch()
-            batch.payload.append(("truncated", data))
-            self.note = (batch, data)
-        data = self.note[1]
-        data["events"] += count
-        data["bytes"] += size
-        data["reason"] = (
-            f"the database was unreachable: {data['events']} events ({data['bytes']} bytes of output) came after "
-            f"BRIDGE_DB_BUFFER_BYTES ({settings.BRIDGE_DB_BUFFER_BYTES}) was held in memory and were not kept"
-        )
-        self.dropped += count
-
-    def clear(self) -> None:
-        """Nothing more is to be written (the task was ended elsewhere)."""
-        self.writes.clear()
-        self.held_bytes = self.held_events = 0
-        self.note = None
-
-    def attempt(self, call: Callable[[], object]) -> bool:
-        """`call()` against the database unless waiting out a backoff; False when it failed in a way that may pass
-        (the outage is recorded, the connection dropped). The outage ends when a call works and nothing is owed."""
-        if not self.outage.due():
-            return False
-        started = self.outage.clock()
-        try:
-            call()
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            self.outage.failed(exc, started)
-            drop_connection()
-            return False
-        if not self.writes:
-            self.outage.recovered()
-        return True
-
-    def flush(self) -> bool:
-        """Write everything owed; False when the database failed (the rest waits for the next try)."""
-        return not self.writes or self.attempt(self.write_all)
-
-    def write_all(self) -> None:
-        """Write everything owed, oldest first; a database error is raised with the failed write left first."""
-        while self.writes:
-            write = self.writes[0]
-            if not write.tried:
-                write.after = self.task.last_seq
-            try:
-                self._write(write)
-            except Exception:
-                write.tried = True
-                raise
-            self.writes.popleft()
-        self.held_bytes = self.held_events = 0
-        self.note = None
-
-    def _write(self, write: Write) -> None:
-        task = self.task
-        if write.kind == "events":
-            if not (write.tried and self._events_recorded(write.payload, write.after)):
-                actions.append_events(task, write.payload)
-        elif write.kind == "spawned":
-            pid, create_time, argv = write.payload
-            if not (write.tried and self._spawn_recorded(pid, write.after)):
-                actions.mark_spawned(task, pid, create_time, argv)
-        elif write.kind == "ask":
-            self._record_ask(write.payload, write.tried)
-        elif write.kind == "session":
-            actions.link_session(task, write.payload)  # get-or-create: as good twice as once
-        elif write.kind == "withdraw":
-            actions.cancel_permission(task, write.payload, "the agent withdrew the request")  # only if pending
-        elif write.kind == "delivered":
-            actions.mark_delivered(write.payload)
-
-    def _record_ask(self, ask: PermissionAsk, tried: bool) -> None:
-        perm = None
-        if tried:  # one row and its events, in one transaction: there, or not at all
-            perm = PermissionRequest.objects.filter(task=self.task, request_id=ask.request_id).first()
-            if perm is not None:
-                self._resync()
-        if perm is None:
-            perm = actions.record_permission_request(
-                self.task,
-                request_id=ask.request_id,
-                tool_name=ask.tool_name,
-                tool_input=ask.tool_input,
-                tool_use_id=ask.tool_use_id,
-                suggestions=ask.suggestions,
-            )
-        if perm.status != PermissionStatus.PENDING:
-            self.on_recorded(perm)
-
-    # --- was a failed write committed all the same? -----------------------------------------------------------
-    # Only this run appends its own events, one write at a time, so the write in doubt lies after `after`, the last
-    # seq the run had seen written before it first tried (others' events, decisions and cancels, may lie around it).
-    def _events_recorded(self, events: list[tuple[str, dict]], after: int) -> bool:
-        now_last = Task.objects.values_list("last_seq", flat=True).get(pk=self.task.pk)
-        if now_last == after:
-            return False
-        want = [(kind, json.loads(json.dumps(data))) for kind, data in events]
-        rows = list(TaskEvent.objects.filter(task_id=self.task.pk).after(after).values_list("seq", "kind", "data"))
-        for start in range(len(rows) - len(want) + 1):
-            if all(rows[start + i][1:] == want[i] for i in range(len(want))):
-                self.task.last_seq = now_last
-                return True
-        return False
-
-    def _spawn_recorded(self, pid: int, after: int) -> bool:
-        spawned = TaskEvent.objects.filter(task_id=self.task.pk, kind="spawned", data__pid=pid)
-        if not spawned.after(after).exists():
-            return False
-        self._resync()
-        return True
-
-    def _resync(self) -> None:
-        """Nothing of this run's is in doubt any more: its last seen seq may move to the task's."""
-        self.task.last_seq = Task.objects.values_list("last_seq", flat=True).get(pk=self.task.pk)
-
-
 class TaskRun(threading.Thread):
     """Runs one claimed task from spawn to its recorded end: `_spawn`, `_pump` until the child is gone, `_finish`."""
 
@@ -366,12 +131,17 @@ class TaskRun(threading.Thread):
         self.stopping: Stopping | None = None
         self.deadline = 0.0
         self.last_db_check = 0.0
+        self.check_owed = True  # look at the database at the first chance: news may predate this run's doorbell
 
     def wake(self) -> None:
+        """News for this task (a ring, or the supervisor's sweep): look at the database. A ring from this run's own
+        thread is its own write, nothing new to it, so it is not passed on."""
+        if threading.current_thread() is self:
+            return
         try:
             self.inbox.put_nowait(("wake",))
         except queue.Full:
-            pass  # the run is busy with output and will look at the database soon anyway
+            pass  # busy with output: the supervisor's sweep wakes it again while the news stands
 
     def run(self) -> None:
         unsubscribe = doorbell.subscribe(str(self.task.public_id), self.wake)
@@ -400,11 +170,21 @@ class TaskRun(threading.Thread):
 
     # --- the phases -------------------------------------------------------------------------------------------
     def _spawn(self) -> bool:
-        """Start the child and its readers; False when it could not start (then the task is recorded as failed)."""
+        """Start the child and its readers; False when it could not start (then the task is recorded as failed).
+
+        The cwd is confined again here, against the roots as they are now: it may have been swapped for a symlink
+        since the task was created. The agent starts in the real directory that was checked, not the stored text."""
         argv = self.runner.argv()
         try:
+            cwd = paths.resolve_cwd(self.task.cwd)
+        except BridgeError as exc:
+            self._record_end(
+                status=Status.FAILED, error=f"the cwd, checked again at start: {exc.message}. Nothing was run."
+            )
+            return False
+        try:
             env, with_stdin, tag = self.runner.env(), self.runner.uses_stdin, str(self.task.public_id)
-            self.proc = processes.spawn(argv, cwd=self.task.cwd, env=env, stdin_pipe=with_stdin, tag=tag)
+            self.proc = processes.spawn(argv, cwd=cwd, env=env, stdin_pipe=with_stdin, tag=tag)
         except OSError as exc:
             error = f"could not start {argv[0]!r}: {exc.strerror or exc}"
             if self.runner.executable_setting:
@@ -417,22 +197,34 @@ class TaskRun(threading.Thread):
         self.rec.add("spawned", (self.proc.pid, self.create_time, argv))
         self.rec.flush()
         LineReader(self.proc.stdout, self.inbox, settings.BRIDGE_MAX_LINE_BYTES).start()
+        processes.on_exit(self.proc, self._on_exit)
         self.stderr = TailReader(self.proc.stderr, settings.BRIDGE_STDERR_TAIL_BYTES)
         self.stderr.start()
         for line in self.runner.stdin_lines():
             self._write(line)
         return True
 
+    def _on_exit(self) -> None:
+        """The child's exit as an inbox item, so the run notices it at once instead of polling for it. With the inbox
+        full the run is busy with output, and it looks at the child after each batch anyway."""
+        try:
+            self.inbox.put_nowait(("exited",))
+        except queue.Full:
+            pass
+
     def _pump(self) -> None:
-        """Record output, pass on decisions and stops, until the child is gone or the task was abandoned."""
+        """Record output, pass on decisions and stops, until the child is gone or the task was abandoned. Event-driven:
+        it wakes for output, the child's exit, a ring or the sweep (`wake`) and the clock's own deadlines; only while
+        the database is away does it look again every BRIDGE_POLL_S."""
         while True:
             items = self._next_items()
             self._read(items)
             self.rec.flush()
             now = time.monotonic()
-            if any(item[0] == "wake" for item in items) or now - self.last_db_check >= settings.BRIDGE_POLL_S:
+            self.check_owed = self.check_owed or any(item[0] == "wake" for item in items)
+            if self.check_owed or (self.rec.outage.down and now - self.last_db_check >= settings.BRIDGE_POLL_S):
                 if self.rec.attempt(self._check_database):
-                    self.last_db_check = now
+                    self.last_db_check, self.check_owed = now, False
                 if self.abandoned:
                     return
                 self.rec.flush()  # the answers just passed on are marked delivered
@@ -469,7 +261,7 @@ class TaskRun(threading.Thread):
     # --- reading and writing ----------------------------------------------------------------------------------
     def _next_items(self) -> list[tuple]:
         try:
-            items = [self.inbox.get(timeout=self._wait_time())]
+            items = [self.inbox.get(timeout=max(0.0, self._wake_at() - time.monotonic()))]
         except queue.Empty:
             return []
         while len(items) < BATCH_LINES:
@@ -479,13 +271,21 @@ class TaskRun(threading.Thread):
                 break
         return items
 
-    def _wait_time(self) -> float:
-        wait = settings.BRIDGE_POLL_S
+    def _wake_at(self) -> float:
+        """When the clock next has something to do (time.monotonic()): the timeout, a stop's next step, the end of
+        the wait for a grandchild's stdout, or another try at the database while it is away."""
+        now = time.monotonic()
+        due = [now + IDLE_WAIT_S]
         if self.stopping is None:
-            wait = min(wait, self.deadline - time.monotonic())
-        if self.eof or self.exited_at is not None:
-            wait = min(wait, EXIT_WAIT_S)  # the child is ending: its exit (or its stdout's end) is no inbox item
-        return max(0.01, wait)
+            due.append(self.deadline)
+        elif self.stopping.step is not StopStep.SIGKILL:
+            steps = 1 if self.stopping.step is StopStep.ASKED else 2
+            due.append(self.stopping.started + steps * settings.BRIDGE_KILL_GRACE_S)
+        if self.exited_at is not None:
+            due.append(self.exited_at + EXIT_DRAIN_S)
+        if self.rec.outage.down or self.rec.writes or self.check_owed:
+            due.append(now + max(0.01, min(settings.BRIDGE_POLL_S, self.rec.outage.wait())))
+        return min(due)
 
     def _read(self, items: list[tuple]) -> None:
         for item in items:
@@ -577,15 +377,17 @@ class TaskRun(threading.Thread):
 
     # --- the database and the clock ---------------------------------------------------------------------------
     def _check_database(self) -> None:
-        """Cancel requests, expired permission requests and decisions to pass on: all come from the database."""
+        """Decisions to pass on, cancel requests and expired permission requests: all come from the database.
+        Decisions first: the agent waits for them, and works on while the run looks at the rest."""
+        for perm in actions.undelivered_decisions(self.task):
+            self._deliver(perm)
         row = Task.objects.filter(pk=self.task.pk).values("status", "cancel_requested_at", "cancel_reason").get()
         if row["status"] != Status.RUNNING:
             self._abandon(row["status"])
             return
         if self.stopping is None and row["cancel_requested_at"] is not None:
             self._begin_stop(Status.CANCELLED, row["cancel_reason"] or "cancelled by request")
-        actions.expire_permissions(self.task)
-        for perm in actions.undelivered_decisions(self.task):
+        for perm in actions.expire_permissions(self.task):
             self._deliver(perm)
 
     def _abandon(self, status: str) -> None:
@@ -628,6 +430,7 @@ class TaskRun(threading.Thread):
             return
         self.stopping = Stopping(reason=reason, status=status, started=time.monotonic())
         self.rec.add_events([("stopping", {"status": status, "reason": reason})])
+        self.rec.add("close_asks", f"the task was stopped before anyone answered: {reason}")
         lines = self.runner.stop_lines()
         for line in lines:
             self._write(line)
@@ -724,6 +527,7 @@ class Supervisor:
     def _serve(self) -> None:
         """Claim tasks and look for orphans until request_stop()."""
         next_scan = time.monotonic() + ORPHAN_SCAN_S
+        next_sweep = 0.0
         outage = Outage("supervisor")
         look_at_own = False
         while not self._stop.is_set():
@@ -734,7 +538,10 @@ class Supervisor:
                 if look_at_own or started >= next_scan:
                     self._settle_own_tasks()
                     look_at_own = False
-                self._claim()
+                self._claim()  # first: a queued task waits for it, while the sweep is only a safety net
+                if started >= next_sweep:
+                    self._sweep()
+                    next_sweep = started + settings.BRIDGE_POLL_S
                 if time.monotonic() >= next_scan:
                     self.reap_orphans()
                     next_scan = time.monotonic() + ORPHAN_SCAN_S
@@ -765,6 +572,13 @@ class Supervisor:
         for pk, run in list(self.runs.items()):
             if not run.is_alive():
                 del self.runs[pk]
+
+    def _sweep(self) -> None:
+        """The safety net under the doorbell, one query for all runs (Principles 1: a lost ring costs latency, never
+        data): wake the runs whose task has news for them, a cancel, an answer to pass on, a request past its time."""
+        runs = {pk: run for pk, run in self.runs.items() if run.is_alive()}
+        for pk in actions.tasks_with_news(list(runs)) if runs else ():
+            runs[pk].wake()
 
     def _claim(self) -> None:
         while len(self.runs) < self.capacity and not self._stop.is_set():
@@ -821,8 +635,8 @@ class Supervisor:
         for run in runs:
             run.join(timeout=max(0, deadline - time.monotonic()))
         reason = (
-            "Bridge's supervisor shut down and the task was still running after "
-            f"BRIDGE_DRAIN_S={settings.BRIDGE_DRAIN_S} s"
+            "Bridge stopped (restart or shutdown) while the task was still running, "
+            f"BRIDGE_DRAIN_S={settings.BRIDGE_DRAIN_S} s after it was asked to"
         )
         for run in runs:
             if run.is_alive():

@@ -17,7 +17,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,7 +35,9 @@ from tests.support import (
     make_task,
     postgres_or_skip,
     rerun_on_postgres,
+    terminate_backends,
     wait_for,
+    wait_until,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -342,16 +343,6 @@ def sqlite_supervisor(transactional_db, work_root, fake_agent, settings, monkeyp
     thread.join(30)
 
 
-def wait_until(check: Callable[[], object], timeout: float = 30, what: str = "") -> object:
-    """Look again (every 50 ms) until `check()` is truthy; fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what or check}")
-        time.sleep(0.05)
-    return value
-
-
 def write_lock() -> sqlite3.Connection:
     lock = sqlite3.connect(str(connection.settings_dict["NAME"]), isolation_level=None, timeout=10)
     lock.execute("BEGIN IMMEDIATE")
@@ -423,14 +414,6 @@ def require_postgres():
         host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"], dbname="postgres", autocommit=True
     )
     return admin, db["NAME"]
-
-
-def terminate_backends(admin, name: str) -> int:
-    rows = admin.execute(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-        [name],
-    ).fetchall()
-    return len(rows)
 
 
 def fresh(read: Callable[[], object]) -> object:

@@ -232,3 +232,23 @@ def test_rest_answers_odd_task_ids_in_words(query, words, django_user_model):
     token = actions.create_token("inputs")[1]
     response = DjangoClient().get("/v1/task/output", query, headers={"Authorization": f"Bearer {token}"})
     assert response.status_code in (404, 422) and words in response.json()["error"], response.content[:300]
+
+
+@given(st.integers(min_value=-(2**70), max_value=2**70))
+def test_a_seq_from_a_client_is_taken_only_in_the_columns_range(value):
+    """`since` / Last-Event-ID (SSE, websockets, MCP) reach an integer column: 2**31 there was a 500 on PostgreSQL."""
+    if 0 <= value <= MAX_INT:
+        assert actions.parse_seq(str(value)) == value
+    else:
+        with pytest.raises(InvalidInput, match=f"from 0 to {MAX_INT}"):
+            actions.parse_seq(str(value))
+
+
+@pytest.mark.django_db
+def test_sse_refuses_a_seq_past_the_columns_range_in_json(work_root):
+    token = actions.create_token("seq")[1]
+    task = actions.create_task(actions.TaskSpec(prompt="say hi", cwd=str(work_root)))
+    response = DjangoClient(HTTP_AUTHORIZATION=f"Bearer {token}").get(
+        "/v1/task/output/stream", {"task_id": str(task.public_id), "since": str(2**31)}
+    )
+    assert response.status_code == 400 and response.json()["code"] == "invalid_input"

@@ -11,6 +11,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 
 from jobs import processes
 from jobs.processes import PortableBackend, PosixBackend, Watchdog, WindowsBackend, process_identity, same_process
+from jobs.processes.exits import ExitWatcher
 from jobs.processes.tree import freeze, snapshot
 from jobs.processes.windows import (
     CREATE_NEW_PROCESS_GROUP,
@@ -454,3 +456,30 @@ def test_stop_signals_drain_once_then_force_and_are_restored_after():
     assert asked == ["SIGTERM"]
     assert signal.getsignal(signal.SIGTERM) is before
     assert {s.name for s in processes.stop_signals()} >= {"SIGINT", "SIGTERM"}
+
+
+# --- being told when a child exits ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "thread"])
+def test_the_exit_watcher_tells_of_each_exit_and_leaves_the_reaping_to_the_owner(monkeypatch, pidfd):
+    if not pidfd:
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
+    elif not hasattr(os, "pidfd_open"):
+        pytest.skip("no pidfds on this OS")
+    watcher = ExitWatcher()
+    exits = {code: threading.Event() for code in (0, 3, 5)}
+    lingering = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(5)"], stdin=subprocess.PIPE
+    )
+    quick = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    done = subprocess.Popen([sys.executable, "-c", "pass"], stdout=subprocess.PIPE)
+    assert done.stdout.read() == b""  # its end of the pipe closed: it has exited, or all but
+    done.stdout.close()
+    for code, proc in ((0, done), (3, quick), (5, lingering)):
+        watcher.watch(proc, exits[code].set)
+    assert exits[0].wait(WAIT_S) and exits[3].wait(WAIT_S)
+    assert not exits[5].is_set(), "a child still running is not reported"
+    lingering.stdin.close()
+    assert exits[5].wait(WAIT_S)
+    assert (done.poll(), quick.poll(), lingering.poll()) == (0, 3, 5), "the owner reaps, with the real exit codes"

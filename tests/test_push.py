@@ -20,8 +20,7 @@ from channels.layers import channel_layers
 from jobs import actions, doorbell
 from jobs.models import PermissionRequest, TaskEvent
 from jobs.vocabulary import Status
-from tests.support import has_event, make_task, skip_or_fail, wait_for
-from tests.test_multihost import SuperviseProcess
+from tests.support import SuperviseProcess, has_event, make_task, skip_or_fail, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 REDIS_URL = os.environ.get("REDIS_URL") or os.environ.get("BRIDGE_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"

@@ -320,6 +320,22 @@ def test_sigterm_drains_then_cancels_with_a_reason(transactional_db, work_root, 
     assert "BRIDGE_DRAIN_S=2" in slow.error
 
 
+def test_a_drain_says_truthfully_who_ended_a_pending_permission(transactional_db, work_root, fake_agent, settings):
+    proc = supervise_process(settings, {"BRIDGE_DRAIN_S": "0"})
+    try:
+        task = make_task(ask("touch never.txt"))
+        wait_for(task, has_event("permission_request"))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    task.refresh_from_db()
+    perm = PermissionRequest.objects.get(task=task)
+    assert (task.status, perm.status, perm.decided_via) == (Status.CANCELLED, "cancelled", "supervisor")
+    assert "Bridge stopped (restart or shutdown)" in perm.message
+    assert "before anyone answered" in perm.message and "withdrew" not in perm.message
+
+
 def test_a_task_ended_elsewhere_is_abandoned_and_its_agent_killed(supervisor):
     task = make_task("say working\nsleep 60")
     wait_for(task, has_event("text", text="working"))

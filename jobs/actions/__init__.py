@@ -36,6 +36,7 @@ from jobs.actions.runs import (
     link_session,
     mark_orphaned,
     mark_spawned,
+    tasks_with_news,
 )
 from jobs.actions.tasks import (
     AGENT_OPTIONS,
@@ -104,6 +105,7 @@ __all__ = [
     "mark_delivered",
     "mark_orphaned",
     "mark_spawned",
+    "tasks_with_news",
     "mark_token_used",
     "parse_seq",
     "pending_permissions",

@@ -129,23 +129,21 @@ def decide_permission(
         message = f"Denied by {by or 'the planner'}"
     with transaction.atomic():
         perm = request_to_decide(task, request_id)
-        won = (
-            PermissionRequest.objects.pending()
-            .filter(pk=perm.pk)
-            .update(
-                status=PermissionStatus.ALLOWED if allowed else PermissionStatus.DENIED,
-                updated_input=updated_input if allowed else None,
-                message=message,
-                decided_by=by,
-                decided_via=via,
-                decided_at=timezone.now(),
-            )
-        )
-        if not won:
+        decision = {
+            "status": PermissionStatus.ALLOWED if allowed else PermissionStatus.DENIED,
+            "updated_input": updated_input if allowed else None,
+            "message": message,
+            "decided_by": by,
+            "decided_via": via,
+            "decided_at": timezone.now(),
+        }
+        if not PermissionRequest.objects.pending().filter(pk=perm.pk).update(**decision):
             raise Conflict(
                 f"permission request {perm.request_id} was answered meanwhile; nothing was sent", code="already_decided"
             )
-        perm.refresh_from_db()
+        for field, value in decision.items():  # what was written, without reading it back
+            setattr(perm, field, value)
+        perm.task = task
         append_events(task, [("permission_decision", permission_data(perm))])
     return perm
 

@@ -2,18 +2,20 @@
 
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from jobs import doorbell, paths
 from jobs.actions.events import append_events, status_event
 from jobs.actions.permissions import cancel_open_permissions
 from jobs.actions.workers import servable_by, serves, wait_reason, worker_is_alive
-from jobs.models import AgentSession, Task, TaskEvent, Worker
+from jobs.models import AgentSession, PermissionRequest, Task, TaskEvent, Worker
 from jobs.vocabulary import Agent, Status
 
 USAGE_FIELDS = (
@@ -120,6 +122,20 @@ def explain_waits(*, force: bool = False) -> int:
             changed += 1
             doorbell.ring(str(public_id))  # pages and sockets showing it look again
     return changed
+
+
+def tasks_with_news(pks: list[int]) -> set[int]:
+    """Which of these running tasks have news for their supervisor: a cancel requested or the task ended elsewhere,
+    an answer not yet passed on, or a request pending past BRIDGE_PERMISSION_TIMEOUT_S (the supervisor's sweep)."""
+    cutoff = timezone.now() - timedelta(seconds=settings.BRIDGE_PERMISSION_TIMEOUT_S)
+    tasks = Task.objects.filter(pk__in=pks)
+    news = set(
+        tasks.filter(Q(cancel_requested_at__isnull=False) | ~Q(status=Status.RUNNING)).values_list("pk", flat=True)
+    )
+    perms = PermissionRequest.objects.filter(task_id__in=pks)
+    news.update(perms.undelivered().values_list("task_id", flat=True))
+    news.update(perms.pending().filter(created_at__lt=cutoff).values_list("task_id", flat=True))
+    return news
 
 
 def mark_spawned(task: Task, pid: int, create_time: float, argv: list[str]) -> None:

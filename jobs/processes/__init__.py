@@ -16,6 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
+from jobs.processes.exits import ExitWatcher
 from jobs.processes.portable import Cwd, Env, PortableBackend
 from jobs.processes.posix import PosixBackend
 from jobs.processes.tree import process_identity, same_process
@@ -35,6 +36,7 @@ __all__ = [
     "on_stop_signals",
     "stop_signals",
     "kill_tree",
+    "on_exit",
     "process_identity",
     "same_process",
     "spawn",
@@ -46,6 +48,7 @@ BACKEND_NAMES = ("auto", "posix", "portable", "windows")
 # as a parameter, so each platform's rules can be tested on any of them.
 PLATFORM = sys.platform
 WATCHDOG = Watchdog()
+EXITS = ExitWatcher()
 _backends: dict[str, PortableBackend] = {}
 _lock = threading.Lock()
 
@@ -80,6 +83,12 @@ def spawn(argv: Sequence[str], *, cwd: Cwd, env: Env, stdin_pipe: bool, tag: str
 
     Raises OSError when it cannot start (FileNotFoundError for a missing program), as Popen does."""
     return get_backend().spawn(argv, cwd=cwd, env=env, stdin_pipe=stdin_pipe, tag=tag)
+
+
+def on_exit(proc: subprocess.Popen, callback: Callable[[], None]) -> None:
+    """Call `callback()` (from another thread: it must be quick and thread-safe) once `proc` has exited; `proc` is
+    left for its owner to reap with poll() or wait()."""
+    EXITS.watch(proc, callback)
 
 
 def interrupt(pid: int) -> None:

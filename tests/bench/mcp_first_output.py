@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from tests.bench.table import Row, emit  # noqa: E402
 from tests.e2e import BridgeServer  # noqa: E402
 from tests.fakes.hermes_env import (  # noqa: E402
     DEFAULT_HERMES_BIN,
@@ -73,10 +74,16 @@ def main() -> None:
                 latencies.append(asyncio.run(one_run(bridge.url, bridge.token, bridge.work)))
         if proxy.requests:
             raise SystemExit(f"Hermes tried to leave loopback: {proxy.requests}")
-    print(
-        f"hermes_run returned -> first Hermes output in hermes_status (real Hermes, ACP): n={len(latencies)} "
-        f"median={statistics.median(latencies):.2f} s min={min(latencies):.2f} s max={max(latencies):.2f} s "
-        f"(poll every {POLL_S * 1000:.0f} ms)"
+    emit(
+        [
+            Row(
+                "hermes_run → first Hermes output in hermes_status (real Hermes, ACP), p50",
+                statistics.median(latencies),
+                unit="s",
+                note=f"n={len(latencies)}, min {min(latencies):.2f} s, max {max(latencies):.2f} s, "
+                f"polled every {POLL_S * 1000:.0f} ms; mostly Hermes' own cold start",
+            )
+        ]
     )
 
 

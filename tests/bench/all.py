@@ -1,0 +1,47 @@
+"""`make bench`: every benchmark script, one after another, their rows printed as one table (tests/bench/table.py).
+
+Scripts run as their own processes (each starts its own Bridge); a script that fails is named with its exit code and
+the rest still run. Scripts other helpers add (scale_out.py, dashboard.py) join when present.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.bench.table import ROWS_FILE_VAR, Row, load, render  # noqa: E402
+
+SCRIPTS = ("run.py", "ingest.py", "idle.py", "scale_out.py", "dashboard.py", "mcp_first_output.py")
+
+
+def main() -> int:
+    failed = []
+    with tempfile.TemporaryDirectory(prefix="bridge-bench-rows-") as tmp:
+        rows_file = Path(tmp) / "rows.jsonl"
+        rows_file.touch()
+        for script in SCRIPTS:
+            if not (HERE / script).exists():
+                continue
+            started = time.monotonic()
+            print(f"bench: {script} …", flush=True)
+            code = subprocess.call(
+                [sys.executable, str(HERE / script)], env={**os.environ, ROWS_FILE_VAR: str(rows_file)}
+            )
+            print(f"bench: {script} took {time.monotonic() - started:.0f} s", flush=True)
+            if code:
+                failed.append(f"{script} (exit {code})")
+        rows = load(str(rows_file))
+    rows += [Row(f"FAILED: {name}", None) for name in failed]
+    print()
+    print(render(rows))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
