@@ -1,7 +1,7 @@
 """`make bench`: every benchmark script, one after another, their rows printed as one table (tests/bench/table.py).
 
 Scripts run as their own processes (each starts its own Bridge); a script that fails is named with its exit code and
-the rest still run. Scripts other helpers add (scale_out.py, dashboard.py) join when present.
+the rest still run.
 """
 
 import os
@@ -26,8 +26,6 @@ def main() -> int:
         rows_file = Path(tmp) / "rows.jsonl"
         rows_file.touch()
         for script in SCRIPTS:
-            if not (HERE / script).exists():
-                continue
             started = time.monotonic()
             print(f"bench: {script} …", flush=True)
             code = subprocess.call(
