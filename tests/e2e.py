@@ -45,7 +45,8 @@ def claude_bin() -> str:
     pytest.skip(reason)
 
 
-def _manage(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+def run_manage(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    """`manage.py ARGS…` in `env`, or RuntimeError with everything it printed."""
     proc = subprocess.run(
         [sys.executable, str(REPO / "manage.py"), *args],
         cwd=REPO,
@@ -98,8 +99,8 @@ class BridgeServer:
 
     # lifecycle -------------------------------------------------------------------------------------------------
     def start(self, timeout: float = 30) -> BridgeServer:
-        _manage(["migrate", "--no-input", "-v0"], self.env)
-        out = _manage(["token", "create", "e2e"], self.env).stdout.strip().splitlines()
+        run_manage(["migrate", "--no-input", "-v0"], self.env)
+        out = run_manage(["token", "create", "e2e"], self.env).stdout.strip().splitlines()
         self.token = out[-1].strip() if out else ""
         assert self.token, "`token create` printed no token"
         log = open(self.log_path, "wb")  # noqa: SIM115 - kept open for the server's lifetime

@@ -16,6 +16,7 @@ import pytest
 
 from jobs import actions, doorbell
 from jobs.models import Task
+from tests.e2e import run_manage
 
 REPO = Path(__file__).resolve().parent.parent
 FAKES = Path(__file__).parent / "fakes"
@@ -139,17 +140,19 @@ def fake_agent_script(directory: Path) -> str:
 
 
 def manage(env: dict[str, str], *args: str, timeout: float = 120) -> str:
-    """`manage.py ARGS…` in `env`; its stdout, or an AssertionError with everything it printed."""
-    run = subprocess.run(
-        [sys.executable, str(REPO / "manage.py"), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert run.returncode == 0, f"manage.py {' '.join(args)} failed ({run.returncode}):\n{run.stdout}\n{run.stderr}"
-    return run.stdout
+    """`manage.py ARGS…` in `env`; its stdout, or RuntimeError with everything it printed."""
+    return run_manage(list(args), env, timeout).stdout
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM (a clean stop: a supervisor drains), then SIGKILL if it has not exited within 30 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class SuperviseProcess:
@@ -193,13 +196,7 @@ class SuperviseProcess:
         self.proc.wait(30)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 class WebProcess:
@@ -239,13 +236,7 @@ class WebProcess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 def redis_or_skip(url: str) -> str:
