@@ -145,6 +145,9 @@ else:
         }
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Each thread keeps its SQLite connection: opening one (and its PRAGMAs) cost every request and every stream
+    # read more than the query itself. Nothing is held open between statements (autocommit), so no snapshot goes stale.
+    DATABASES["default"]["CONN_MAX_AGE"] = None
     # Tests run threads and subprocesses against one database: it must be a real file, not shared memory.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
     if str(DATABASES["default"]["NAME"]) != ":memory:":

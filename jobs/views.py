@@ -59,8 +59,10 @@ def _frames(frames: Iterable[hbridge.Frame]) -> bytes:
     return b"".join(_sse(event_id, name, payload) for name, payload, event_id in frames)
 
 
-def _read_after(task: Task, since: int) -> tuple[str, list[dict]]:
-    actions.settle_if_orphaned(task)
+def _read_after(task: Task, since: int, settle: bool) -> tuple[str, list[dict]]:
+    """The events after `since`; `settle` first when nothing rang (a dead supervisor rings no more)."""
+    if settle:
+        actions.settle_if_orphaned(task)
     events = actions.read_transcript(task, since, SSE_BATCH)
     connection.close_if_unusable_or_obsolete()
     return task.status, [actions.event_data(e) for e in events]
@@ -82,9 +84,9 @@ async def _stream(task: Task, since: int) -> AsyncIterator[bytes]:
     heartbeat = settings.BRIDGE_SSE_HEARTBEAT_S
     try:
         yield b"retry: 2000\n\n" + _frames([translator.opened(task.status, task.error)])
-        last_sent = time.monotonic()
+        last_sent, rang = time.monotonic(), False
         while True:
-            status, events = await sync_to_async(_read_after)(task, since)
+            status, events = await sync_to_async(_read_after)(task, since, settle=not rang)
             if events:
                 yield _frames(frame for event in events for frame in translator.translate(event))
                 since, last_sent = events[-1]["seq"], time.monotonic()
@@ -94,7 +96,7 @@ async def _stream(task: Task, since: int) -> AsyncIterator[bytes]:
             if events:
                 continue
             idle = time.monotonic() - last_sent
-            await waiter.wait(timeout=max(0.05, min(settings.BRIDGE_POLL_S, heartbeat - idle)))
+            rang = await waiter.wait(timeout=max(0.05, min(settings.BRIDGE_POLL_S, heartbeat - idle)))
             if time.monotonic() - last_sent >= heartbeat:
                 yield b": heartbeat\n\n"
                 last_sent = time.monotonic()
