@@ -18,14 +18,14 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 from jobs import actions
-from jobs.actions.tokens import PREFIX_LEN, TOKEN_PREFIX, token_digest
+from jobs.actions.tokens import PREFIX_LEN, could_be_token, token_digest
 from jobs.errors import Unauthenticated
 from jobs.hints import manage_command
 from jobs.models import ApiToken
 
 
 def verify_token(token: str) -> ApiToken | None:
-    if not token.startswith(TOKEN_PREFIX) or len(token) < PREFIX_LEN + 16:
+    if not could_be_token(token):
         return None
     digest = token_digest(token)
     match = None
@@ -86,9 +86,9 @@ def refusal(authorization: str = "") -> Unauthenticated:
             f"send 'Authorization: Bearer <token>' (make a token with: {make})",
             reason="malformed",
         )
-    digest = token_digest(token)
-    for row in ApiToken.objects.filter(prefix=token[:PREFIX_LEN], revoked_at__isnull=False):
-        if hmac.compare_digest(row.hash, digest):
+    revoked = ApiToken.objects.filter(prefix=token[:PREFIX_LEN], revoked_at__isnull=False)
+    for row in revoked if could_be_token(token) else ():
+        if hmac.compare_digest(row.hash, token_digest(token)):
             return Unauthenticated(
                 f"this token was revoked ({row.revoked_at:%Y-%m-%d %H:%M} UTC) and no longer works: make a new one "
                 f"with: {make}",

@@ -81,8 +81,9 @@ _BUSY_MESSAGES = (
     "remaining connection slots are reserved",
     "database is locked",
     "database table is locked",
-    # the server ended this request's connection mid-way (a restart, pg_terminate_backend): its transaction did not
-    # commit, and the pool hands the next request a checked connection (CONN_HEALTH_CHECKS), so trying again works
+    # the server ended this request's connection mid-way (a restart, pg_terminate_backend): the statement that saw it
+    # did not commit, but one the request made before it may have (writes outside a transaction commit one by one),
+    # so a retried write must be one that is safe twice; the pool hands the retry a checked connection
     "terminating connection",
     "server closed the connection unexpectedly",
 )

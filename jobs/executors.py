@@ -21,6 +21,12 @@ from django.conf import settings
 
 from jobs import hermes_skills
 
+ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "TZ", "SHELL", "TERM")
+ENV_PREFIXES = ("LC_", "ANTHROPIC_", "CLAUDE_", "DISABLE_", "HERMES_")
+# Bridge's own configuration and secrets: never passed on, not even when BRIDGE_PASS_ENV names them.
+BRIDGE_ENV_NAMES = ("DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL")
+BRIDGE_ENV_PREFIXES = ("BRIDGE_", "DJANGO_")
+
 YES, NO, UNKNOWN = "yes", "no", "unknown"
 VERSION_TIMEOUT_S = 15
 # How Claude Code can be given an account besides its own login, in the order they are told: (name, in words).
@@ -88,11 +94,26 @@ class ExecutorStatus:
         return lines
 
 
+def child_env(extra: dict[str, str] | None = None, *, names: tuple[str, ...] = ()) -> dict[str, str]:
+    """The allow-listed environment a child inherits (the common names, `names`, BRIDGE_PASS_ENV), never Bridge's own
+    settings or secrets (docs/architecture.md principle 6); `extra` is added as given."""
+    passed = (set(ENV_NAMES) | set(names) | set(settings.BRIDGE_PASS_ENV)) - set(BRIDGE_ENV_NAMES)
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if (name in passed or name.startswith(ENV_PREFIXES)) and not name.startswith(BRIDGE_ENV_PREFIXES)
+    }
+    env.update(extra or {})
+    return env
+
+
 @dataclass
 class _Cache:
-    """Results keyed by (path, modification time, size): a changed file is read (or asked) again."""
+    """One answer per file, kept while its modification time and size stay the same (a changed file is read or asked
+    again). Only the answer derived from a file is kept, never its contents (a credentials file's token)."""
 
-    values: dict[tuple, object] = field(default_factory=dict)
+    answers: dict[str, tuple[tuple[int, int], object]] = field(default_factory=dict)
+    locks: dict[str, threading.Lock] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def get(self, path: Path, compute):
@@ -100,11 +121,14 @@ class _Cache:
             stat = path.stat()
         except OSError:
             return compute(path)
-        key = (str(path), stat.st_mtime_ns, stat.st_size)
-        with self.lock:  # one probe per key, even when health calls arrive together
-            if key not in self.values:
-                self.values[key] = compute(path)
-            return self.values[key]
+        version, key = (stat.st_mtime_ns, stat.st_size), str(path)
+        with self.lock:
+            path_lock = self.locks.setdefault(key, threading.Lock())
+        with path_lock:  # one probe per file, even when health calls arrive together; other files do not wait
+            cached = self.answers.get(key)
+            if cached is None or cached[0] != version:
+                cached = self.answers[key] = (version, compute(path))
+            return cached[1]
 
 
 _versions = _Cache()
@@ -113,7 +137,7 @@ _files = _Cache()
 
 def _probe_version(path: Path) -> tuple[str | None, str]:
     """(the first line `PATH --version` prints, "") or (None, why it failed)."""
-    env = {**os.environ, "DISABLE_AUTOUPDATER": "1"}
+    env = child_env({"DISABLE_AUTOUPDATER": "1"})
     try:
         run = subprocess.run(
             [str(path), "--version"],
@@ -180,12 +204,12 @@ def claude_login(environ: Mapping[str, str], platform: str = sys.platform) -> tu
             return YES, f"uses {words}"
     config_dir = Path(environ.get("CLAUDE_CONFIG_DIR") or _home(environ) / ".claude").expanduser()
     credentials = config_dir / ".credentials.json"
-    if has_claude_login(_files.get(credentials, _load_json)):
+    if _files.get(credentials, lambda path: has_claude_login(_load_json(path))):
         return YES, f"logged in (credentials in {credentials})"
     state = config_dir / ".claude.json" if environ.get("CLAUDE_CONFIG_DIR") else _home(environ) / ".claude.json"
-    if _files.get(state, _load_json).get("primaryApiKey"):
+    if _files.get(state, lambda path: bool(_load_json(path).get("primaryApiKey"))):
         return YES, f"uses the API key saved in {state}"
-    if _files.get(config_dir / "settings.json", _load_json).get("apiKeyHelper"):
+    if _files.get(config_dir / "settings.json", lambda path: bool(_load_json(path).get("apiKeyHelper"))):
         return YES, f"gets its key from the apiKeyHelper in {config_dir / 'settings.json'}"
     looked = f"no credentials in {config_dir}, no ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN or CLAUDE_CODE_OAUTH_TOKEN"
     if platform == "darwin":
@@ -233,16 +257,21 @@ def hermes_provider(config: dict) -> str:
     return str(model or "").strip()
 
 
+def _configured_provider(config_path: Path) -> str | None:
+    """The provider a Hermes config file names ("" for none), or None when it cannot be read as a mapping."""
+    config = _load_yaml(config_path)
+    return None if config is None else hermes_provider(config)
+
+
 def hermes_setup_problems(home: Path) -> tuple[list[Problem], str]:
     """What stops Hermes from answering (its config under `home`), and which provider it would use."""
     config_path = home / "config.yaml"
     setup = f"run `hermes setup` (or `hermes model`) once as the user Bridge runs as, with HERMES_HOME={home}"
     if not config_path.is_file():
         return [Problem(f"Hermes has no config at {config_path}: no model provider is chosen", setup)], ""
-    config = _files.get(config_path, _load_yaml)
-    if config is None:
+    provider = _files.get(config_path, _configured_provider)
+    if provider is None:
         return [Problem(f"{config_path} is not a YAML mapping Hermes can read", f"fix the file, or {setup}")], ""
-    provider = hermes_provider(config)
     if not provider:
         return [Problem(f"{config_path} names no model provider", setup)], ""
     return [], provider

@@ -150,8 +150,16 @@ def credential_warnings(entry: dict) -> list[str]:
     return [
         f"{name} contains a password; it is written into the config so the MCP process can connect"
         for name, value in entry["env"].items()
-        if name.endswith("_URL") and urlsplit(value).password
+        if name.endswith("_URL") and embeds_password(value)
     ]
+
+
+def embeds_password(url: str) -> bool:
+    """Whether `url` has a user:password@ part; one too malformed to parse is reported as if it had, to be safe."""
+    try:
+        return bool(urlsplit(url).password)
+    except ValueError:
+        return "@" in url
 
 
 # --- where the running Bridge listens ---------------------------------------------------------------------

@@ -149,7 +149,7 @@ async def task_stream(request: HttpRequest) -> HttpResponse:
     """SSE in Bridge's and hbridge's vocabularies (jobs/hbridge.py): Bridge's events have `id:` = seq (resume with
     Last-Event-ID or ?since=); the stream opens with `connected` and ends with `end`, then hbridge's `done`."""
     if request.method != "GET":
-        return JsonResponse({"error": "use GET", "code": "method_not_allowed"}, status=405)
+        return JsonResponse({"error": "use GET", "code": "method_not_allowed"}, status=405, headers={"Allow": "GET"})
     opened = await sync_to_async(_open_stream)(request)
     if isinstance(opened, HttpResponse):
         return opened
@@ -350,7 +350,10 @@ def login_with_link(request: HttpRequest, uidb64: str, token: str) -> HttpRespon
     except (ValueError, get_user_model().DoesNotExist):
         user = None
     if user is None or not user.is_active or not default_token_generator.check_token(user, token):
-        message = "This login link has been used or has expired. Restart `make run` for a fresh one, or log in."
+        message = (
+            "This login link has been used or has expired. Print a fresh one with "
+            f"`{manage_command('login_link')}`, or log in."
+        )
         return render(request, "jobs/error.html", {"message": message}, status=403)
     login(request, user, backend="django.contrib.auth.backends.ModelBackend")
     return redirect("dashboard")

@@ -8,6 +8,9 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from jobs import actions
 from jobs.actions import create_token
@@ -64,6 +67,18 @@ def test_missing_or_wrong_token_is_401_saying_which(client, token, header, reaso
     assert (body["code"], body["reason"]) == ("unauthenticated", reason) and words in body["error"]
     assert manage_command("token", "create", "NAME") in body["error"] or reason == "no_such_token"
     assert client.get("/v1/task/output/stream?task_id=x", headers=headers).status_code == 401
+
+
+@hypothesis_settings(max_examples=150, deadline=None)
+@given(secret=st.text(max_size=80) | st.text(max_size=80).map(lambda text: "brg_" + text))
+def test_any_text_sent_as_a_token_is_a_401_not_an_error(secret):
+    """NUL bytes, surrogates and other alphabets, whether sent as Bearer or as a Basic password, are refused before
+    they reach a query (PostgreSQL refuses NUL in text with an error)."""
+    basic = base64.b64encode(f"hermes:{secret}".encode(errors="surrogatepass")).decode()
+    for header in (f"Bearer {secret}", f"Basic {basic}"):
+        response = Client().get("/v1/tasks", headers={"Authorization": header})
+        assert response.status_code == 401, (header, response.content)
+        assert response.json()["reason"] in {"malformed", "no_such_token"}
 
 
 def test_basic_auth_with_the_token_as_password(client, token):
@@ -284,7 +299,7 @@ def test_openapi_schema_is_served(api):
 
 
 def test_secret_key_is_not_in_the_child_environment_by_default(settings, monkeypatch):
-    from jobs.runners.base import child_env
+    from jobs.executors import child_env
 
     monkeypatch.setenv("DJANGO_SECRET_KEY", "s")
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
@@ -402,6 +417,8 @@ def test_unknown_query_parameters_paths_and_methods_get_json_answers(api):
     assert nowhere.status_code == 404 and nowhere.json()["code"] == "not_found"
     wrong = api("get", "/v1/task/create")
     assert wrong.status_code == 405 and wrong.json()["code"] == "method_not_allowed" and wrong["Allow"] == "POST"
+    stream = api("post", "/v1/task/output/stream?task_id=x", {})
+    assert stream.status_code == 405 and stream.json()["code"] == "method_not_allowed" and stream["Allow"] == "GET"
 
 
 def test_a_bug_is_logged_with_its_traceback_and_answered_500_in_json(api, monkeypatch, caplog):

@@ -121,6 +121,35 @@ def test_version_is_asked_once_per_executable_until_it_changes(tmp_path, counted
     assert runs(tmp_path) == 2
 
 
+def test_the_version_probe_gets_the_allow_listed_environment(tmp_path, settings, monkeypatch):
+    """`claude --version` runs with what an agent gets (principle 6), not Bridge's own settings and secrets."""
+    for name, value in {
+        "DATABASE_URL": "postgres://u:pw@db/bridge",
+        "BRIDGE_TOKEN": "brg_x",
+        "LANG": "C.UTF-8",
+    }.items():
+        monkeypatch.setenv(name, value)
+    script = executable(tmp_path, "claude", 'echo "1.0 db=${DATABASE_URL:-unset} token=${BRIDGE_TOKEN:-unset} $LANG"')
+    settings.BRIDGE_CLAUDE_BIN = str(script)
+
+    assert executors.claude_status({"PATH": ""}).version == "1.0 db=unset token=unset C.UTF-8"
+
+
+def test_the_cache_keeps_one_answer_per_file_and_never_its_contents(tmp_path):
+    """A credentials file is read for its verdict only; rewriting it replaces the one entry for its path."""
+    credentials = tmp_path / ".claude" / ".credentials.json"
+    credentials.parent.mkdir()
+    environ = {"HOME": str(tmp_path), "PATH": ""}
+    for round_ in range(3):
+        token = f"sk-ant-oat01-secret-{round_}"
+        oauth = {"accessToken": token, "scopes": ["user:inference"] if round_ != 1 else []}
+        credentials.write_text(json.dumps({"claudeAiOauth": oauth}) + " " * round_)
+        verdict, _ = executors.claude_login(environ, "linux")
+        assert verdict == (executors.NO if round_ == 1 else executors.YES)
+        kept = [answer for key, answer in executors._files.answers.items() if key == str(credentials)]
+        assert len(kept) == 1 and token not in repr(executors._files.answers)
+
+
 def test_a_cli_that_cannot_start_is_not_ready_and_says_why(tmp_path, settings):
     broken = executable(tmp_path, "claude", 'echo "env: node: No such file or directory" >&2\nexit 127')
     settings.BRIDGE_CLAUDE_BIN = str(broken)

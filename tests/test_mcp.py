@@ -820,3 +820,32 @@ def test_a_busy_database_is_a_retry_later_reply_not_an_internal_error():
         replies[fn.__name__] = asyncio.run(wrapped()).content[0].text
     assert "CODE: database_busy" in replies["busy"] and "again in" in replies["busy"], replies["busy"]
     assert "CODE: internal_error" in replies["broken"], replies["broken"]
+
+
+@pytest.mark.parametrize(
+    ("failure", "status", "code"),
+    [("database is locked", 503, "database_busy"), ("no such table: jobs_api_token", 500, "internal_error")],
+)
+def test_the_http_front_door_answers_its_own_failures_in_json(monkeypatch, caplog, failure, status, code):
+    """A failure before the MCP server takes the request is the JSON every HTTP interface sends (a logged 500 for a
+    bug), never Daphne's HTML page."""
+    from django.db import OperationalError
+
+    from jobs.mcp import http_app
+
+    def fails(headers):
+        raise OperationalError(failure)
+
+    monkeypatch.setattr(http_app, "_refusal", fails)
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def never_called(scope, receive, send):
+        raise AssertionError("the request went past /mcp")
+
+    scope = {"type": "http", "path": "/mcp", "method": "POST", "headers": []}
+    asyncio.run(http_app.McpHttpApp(never_called)(scope, None, send))
+    assert sent[0]["status"] == status and json.loads(sent[1]["body"])["code"] == code
+    assert (status == 500) == any("MCP over HTTP failed" in r.getMessage() and r.exc_info for r in caplog.records)

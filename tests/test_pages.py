@@ -66,6 +66,7 @@ def test_the_login_link_works_once(work_root, user):
     assert client.get("/").status_code == 200
     again = Client().get(path)
     assert again.status_code == 403 and b"has been used or has expired" in again.content
+    assert escape(manage_command("login_link")).encode() in again.content, "it names the command for a new one"
 
 
 def test_forms_are_csrf_protected(work_root, user):

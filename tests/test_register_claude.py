@@ -632,6 +632,33 @@ def test_the_recorded_env_has_what_runs_claude_and_never_a_credential(environ):
         assert name not in env, "what one terminal session set is not pinned into Claude Desktop's config"
 
 
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(
+    url=st.builds(
+        "".join,
+        st.lists(
+            st.sampled_from(["https://", "http://[", "::1", "]", "user", ":", "pw", "@", "host", ":99999", "/x", "%"])
+            | st.text(max_size=4),
+            max_size=8,
+        ),
+    )
+    | st.just("https://user:pw@host/v1")
+)
+def test_a_gateway_url_of_any_shape_is_recorded_with_a_warning_when_it_may_hold_a_password(url):
+    """ANTHROPIC_BASE_URL is copied as it is: a malformed one does not crash register_claude, and one that holds (or,
+    unparseable, may hold) user:password@ is called out, since the config is plain text."""
+    warnings = integrations.credential_warnings({"env": {"ANTHROPIC_BASE_URL": url}})
+    if "@" not in url:
+        assert warnings == [], "no user:password@ part, nothing to warn of"
+    elif url.startswith("https://user:pw@host/"):
+        assert warnings and "ANTHROPIC_BASE_URL contains a password" in warnings[0]
+
+
+def test_an_unparseable_gateway_url_with_an_at_sign_is_warned_of():
+    assert integrations.credential_warnings({"env": {"ANTHROPIC_BASE_URL": "http://[user:pw@::1"}})
+    assert not integrations.credential_warnings({"env": {"ANTHROPIC_BASE_URL": "http://[::1"}})
+
+
 @hypothesis_settings(max_examples=120, deadline=None)
 @given(
     shell=st.dictionaries(

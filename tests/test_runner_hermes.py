@@ -14,9 +14,10 @@ from django.conf import settings
 from jobs import actions
 from jobs.actions.tasks import AGENT_OPTIONS, LIST_OPTIONS, MAX_LIST_CHARS, MAX_LIST_ENTRIES, checked_options
 from jobs.errors import InvalidInput
+from jobs.executors import BRIDGE_ENV_NAMES, BRIDGE_ENV_PREFIXES
 from jobs.hermes_skills import acp_installed
 from jobs.runners.acp import AcpRunner
-from jobs.runners.base import BRIDGE_ENV_NAMES, BRIDGE_ENV_PREFIXES, Decision, RunSpec, Step
+from jobs.runners.base import Decision, RunSpec, Step
 from jobs.runners.hermes import (
     HERMES_PROVIDER_ENV,
     LAUNCHER,

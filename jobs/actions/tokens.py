@@ -1,6 +1,7 @@
 """API tokens: made (256 random bits, shown once, stored as SHA-256), revoked, and marked as used."""
 
 import hashlib
+import re
 import secrets
 from datetime import timedelta
 
@@ -17,6 +18,13 @@ TOKEN_PREFIX = "brg_"
 PREFIX_LEN = len(TOKEN_PREFIX) + 8
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 MAX_NAME_CHARS = ApiToken._meta.get_field("name").max_length
+TOKEN_SHAPE = re.compile(r"brg_[A-Za-z0-9_-]{16,64}")
+
+
+def could_be_token(text: str) -> bool:
+    """Whether `text` has the shape of a token Bridge makes: anything else (NUL bytes, other alphabets, any length)
+    is refused before it reaches a query."""
+    return TOKEN_SHAPE.fullmatch(text) is not None
 
 
 def token_digest(token: str) -> str:

@@ -1,6 +1,7 @@
 """The MCP server over Streamable HTTP at /mcp, behind the REST API's tokens, in front of Django's ASGI app."""
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from django.conf import settings
@@ -10,7 +11,9 @@ from mcp.server.transport_security import TransportSecuritySettings
 from jobs import auth
 from jobs.errors import Unauthenticated
 from jobs.mcp.server import get_server, in_db
-from jobs.middleware import database_busy_response
+from jobs.middleware import database_busy_response, internal_error
+
+logger = logging.getLogger(__name__)
 
 
 def _transport_security() -> TransportSecuritySettings:
@@ -57,15 +60,22 @@ class McpHttpApp:
             return await self.fallback(scope, receive, send)
         try:
             refused = await in_db(_refusal)(scope.get("headers", []))
+            if refused is None:
+                await self._start_session_manager()
         except Exception as exc:
-            busy = database_busy_response(exc)  # the same JSON 503 as every other HTTP interface
-            if busy is None:
-                raise
-            return await self._send(send, busy)
+            return await self._send(send, self._error_response(exc))
         if refused is not None:
             return await self._send(send, auth.unauthorized(refused))
-        await self._start_session_manager()
         await self.mcp_app(scope, receive, send)
+
+    @staticmethod
+    def _error_response(exc: Exception) -> HttpResponse:
+        """The same JSON answers as every other HTTP interface: a 503 for a busy database, else a logged 500."""
+        busy = database_busy_response(exc)
+        if busy is not None:
+            return busy
+        logger.error("MCP over HTTP failed before the MCP server took the request", exc_info=exc)
+        return internal_error()
 
     async def _start_session_manager(self) -> None:
         async with self._lock:

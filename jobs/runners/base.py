@@ -6,33 +6,12 @@ runner sees plain data only (RunSpec in, Step and Outcome out, Decision in) and 
 """
 
 import json
-import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
-
+from jobs.executors import child_env
 from jobs.vocabulary import Agent, PermissionMode, PermissionStatus
-
-ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "TZ", "SHELL", "TERM")
-ENV_PREFIXES = ("LC_", "ANTHROPIC_", "CLAUDE_", "DISABLE_", "HERMES_")
-# Bridge's own configuration and secrets: never passed on, not even when BRIDGE_PASS_ENV names them.
-BRIDGE_ENV_NAMES = ("DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL")
-BRIDGE_ENV_PREFIXES = ("BRIDGE_", "DJANGO_")
-
-
-def child_env(extra: dict[str, str] | None = None, *, names: tuple[str, ...] = ()) -> dict[str, str]:
-    """The allow-listed environment a child inherits (the common names, `names`, BRIDGE_PASS_ENV), never Bridge's own
-    settings or secrets (docs/architecture.md principle 6); `extra` is added as given."""
-    passed = (set(ENV_NAMES) | set(names) | set(settings.BRIDGE_PASS_ENV)) - set(BRIDGE_ENV_NAMES)
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if (name in passed or name.startswith(ENV_PREFIXES)) and not name.startswith(BRIDGE_ENV_PREFIXES)
-    }
-    env.update(extra or {})
-    return env
 
 
 def dumps_line(message: dict) -> bytes:

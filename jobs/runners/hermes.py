@@ -14,9 +14,10 @@ from pathlib import Path
 
 from django.conf import settings
 
+from jobs.executors import child_env
 from jobs.hermes_skills import ONESHOT_ONLY_OPTIONS, hermes_executable, run_mode
 from jobs.runners.acp import AcpRunner
-from jobs.runners.base import Decision, Outcome, Runner, RunSpec, Step, child_env
+from jobs.runners.base import Decision, Outcome, Runner, RunSpec, Step
 from jobs.vocabulary import PermissionMode, Status
 
 SESSION_ID_RE = re.compile(r"^session_id:\s*(\S+)\s*$", re.MULTILINE)

@@ -82,6 +82,7 @@ class Command(BaseCommand):
         check_port_free(host, port)
         check_database()
         self.login_path = self._login_link()
+        connections.close_all()  # this thread only waits from here on: give its connection (a pool slot) back
         supervisor = None
         if not no_supervisor:
             self.stderr.write("\n".join(executors.startup_lines(executors.executor_report())))
