@@ -12,17 +12,28 @@ thread with its own layer instance and one channel, joined to the group of every
 what it hears to this process's subscribers (`ring_now`, never announced again, and never its own process's rings).
 So a decision or cancel made in the web process reaches the supervisor running that task within milliseconds;
 polling stays only as the safety net.
+
+Without such a layer (SQLite, or PostgreSQL without Redis) the processes of one install on one machine still ring
+each other: each process that listens binds a UDP socket on 127.0.0.1 and names its port in a file under
+DATA_DIR/doorbell/, and a ring is one datagram (the key) to each port named there (`_LocalBell`).
 """
 
 import asyncio
 import atexit
 import logging
+import os
 import random
+import re
+import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
+import psutil
 from channels.layers import DEFAULT_CHANNEL_LAYER, InMemoryChannelLayer, channel_layers, get_channel_layer
+from django.conf import settings
 from django.db import transaction
 
 QUEUE = "queue"
@@ -32,6 +43,10 @@ RING_MESSAGE_TYPE = "doorbell.ring"
 ORIGIN = uuid.uuid4().hex
 REJOIN_S = 300.0  # the listener renews its group memberships this often (channels-redis forgets them after a day)
 RECONNECT_MAX_S = 5.0  # the longest wait between tries to reach a layer that failed
+LOOPBACK = "127.0.0.1"
+PEER_FILE = re.compile(r"(\d+)-(\d+)")  # DATA_DIR/doorbell/<pid>-<port>: a local process listening for rings
+PEERS_REREAD_S = 1.0  # the peer list is read again when its folder changes, and at least this often
+MAX_KEY_BYTES = 200
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -306,11 +321,101 @@ class _Listener:
 _listener = _Listener()
 
 
+class _LocalBell:
+    """Rings between the processes of one install (one DATA_DIR) on one machine, when no channel layer spans them.
+
+    A process that listens binds a UDP socket on 127.0.0.1, names it in DATA_DIR/doorbell/<pid>-<port> (the folder
+    is private to Bridge's user) and passes every datagram it gets to `ring_now`, until it exits. A ring sends its key
+    to every port named there but its own. A datagram carries no data and could come from any local process, so a
+    forged one costs a look at the database; a lost one costs latency only, as with any ring.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._own: tuple[socket.socket, Path] | None = None
+        self._sender: socket.socket | None = None
+        self._peers: list[int] = []
+        self._read_at = (-1, 0.0)  # (the folder's mtime, the clock) when _peers was read
+
+    @staticmethod
+    def folder() -> Path:
+        return Path(settings.DATA_DIR) / "doorbell"
+
+    def listen(self) -> None:
+        """Hear other local processes' rings from now until this process exits (once per process)."""
+        with self._lock:
+            if self._own is not None:
+                return
+            receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            receiver.bind((LOOPBACK, 0))
+            folder = self.folder()
+            folder.mkdir(mode=0o700, exist_ok=True)
+            self._forget_dead(folder)
+            entry = folder / f"{os.getpid()}-{receiver.getsockname()[1]}"
+            entry.touch(mode=0o600)
+            self._own = (receiver, entry)
+            self._read_at = (-1, 0.0)
+        threading.Thread(target=self._receive, args=(receiver,), name="doorbell-local", daemon=True).start()
+        atexit.register(entry.unlink, missing_ok=True)
+
+    @staticmethod
+    def _forget_dead(folder: Path) -> None:
+        """Entries of processes that died without removing theirs (kill -9)."""
+        for entry in folder.iterdir():
+            match = PEER_FILE.fullmatch(entry.name)
+            if match and not psutil.pid_exists(int(match[1])):
+                entry.unlink(missing_ok=True)
+
+    @staticmethod
+    def _receive(receiver: socket.socket) -> None:
+        while True:
+            try:
+                data, _ = receiver.recvfrom(MAX_KEY_BYTES)
+            except ConnectionResetError:  # Windows' word for an unreachable port somewhere: keep listening
+                continue
+            except OSError as exc:  # polling still finds every piece of news, only later
+                log.warning("doorbell: stopped hearing other local processes: %s", exc)
+                return
+            key = data.decode("utf-8", errors="replace")
+            if key:
+                ring_now(key)
+
+    def send(self, key: str) -> None:
+        data = key.encode()[:MAX_KEY_BYTES]
+        for port in self._current_peers():
+            try:
+                self._sender.sendto(data, (LOOPBACK, port))
+            except OSError:  # that process is gone: its entry is removed by the next one that starts listening
+                pass
+
+    def _current_peers(self) -> list[int]:
+        try:
+            changed = os.stat(self.folder()).st_mtime_ns
+        except OSError:
+            return []  # no process of this install has listened on this machine
+        now = time.monotonic()
+        with self._lock:
+            if changed != self._read_at[0] or now - self._read_at[1] > PEERS_REREAD_S:
+                own = self._own[1].name if self._own else ""
+                names = [entry.name for entry in self.folder().iterdir() if entry.name != own]
+                self._peers = [int(match[2]) for match in map(PEER_FILE.fullmatch, names) if match]
+                self._read_at = (changed, now)
+                if self._peers and self._sender is None:
+                    self._sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                    self._sender.setblocking(False)
+            return self._peers
+
+
+_local = _LocalBell()
+
+
 def listen_across_processes() -> Callable[[], None]:
-    """Hear rings that other processes announce through the channel layer, for every key subscribed here (with
-    `remote`), until the returned function is called. Does nothing (returns a no-op) when the layer does not span
-    processes. A supervisor calls it, so decisions and cancels made in the web process reach its runs at once."""
+    """Hear rings that other processes send, for every key subscribed here (with `remote`), until the returned
+    function is called: through the channel layer when it spans processes, else from this machine's other processes
+    of this install (`_LocalBell`, which listens until the process exits). A supervisor calls it, so decisions and
+    cancels made in the web process reach its runs at once."""
     if not layer_spans_processes():
+        _local.listen()
         return lambda: None
     return _listener.start()
 
@@ -322,6 +427,8 @@ def _deliver(key: str) -> None:
         ring_now(each)
         if spans:
             announce(each)
+        else:
+            _local.send(each)
 
 
 def ring(key: str) -> None:
@@ -342,6 +449,7 @@ class AsyncWaiter:
         self._joined = asyncio.Event()
         self._listener = asyncio.create_task(self._listen(key)) if layer_spans_processes() else None
         if self._listener is None:
+            _local.listen()
             self._joined.set()
 
     def _on_ring(self) -> None:

@@ -113,6 +113,7 @@ class TaskRun(threading.Thread):
     def __init__(self, supervisor: "Supervisor", task: Task) -> None:
         super().__init__(daemon=True, name=f"task-{task.public_id}")
         self.supervisor = supervisor
+        self.done = threading.Event()  # its end is recorded: set just before it wakes the supervisor
         self.task = task
         self.inbox: queue.Queue = queue.Queue(maxsize=INBOX_SIZE)
         self.proc: subprocess.Popen | None = None
@@ -158,6 +159,7 @@ class TaskRun(threading.Thread):
                 processes.kill_tagged(str(self.task.public_id))
             unsubscribe()
             drop_connection()
+            self.done.set()
             self.supervisor.wake()
 
     def _run(self) -> None:
@@ -467,6 +469,7 @@ class Supervisor:
         self.worker = None
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._stop_now = threading.Event()
         self.ready = threading.Event()
         self.startup_error = ""
         self._exited = threading.Event()
@@ -475,8 +478,18 @@ class Supervisor:
         self._wake.set()
 
     def request_stop(self) -> None:
+        """Stop claiming; running tasks get BRIDGE_DRAIN_S to finish (`run` returns when they have)."""
         self._stop.set()
         self._wake.set()
+
+    def stop_now(self) -> None:
+        """A second stop request: cancel the running tasks at once, saying so, instead of waiting out the drain."""
+        self._stop_now.set()
+        self.request_stop()
+
+    def running_tasks(self) -> list[Task]:
+        """The tasks this supervisor is running now (for a message about what a stop will wait for)."""
+        return [run.task for run in list(self.runs.values()) if not run.done.is_set()]
 
     def run(self) -> None:
         """Blocks until request_stop(), then drains running tasks and returns.
@@ -632,14 +645,21 @@ class Supervisor:
         if runs:
             log.info("supervisor stopping: waiting up to %d s for %d running tasks", settings.BRIDGE_DRAIN_S, len(runs))
         deadline = time.monotonic() + settings.BRIDGE_DRAIN_S
+        while not self._stop_now.is_set():
+            self._wake.clear()  # before looking: a run that ends after the look wakes the wait below
+            remaining = deadline - time.monotonic()
+            if all(run.done.is_set() for run in runs) or remaining <= 0:
+                break
+            self._wake.wait(remaining)
+        if self._stop_now.is_set():
+            reason = "Bridge stopped at once (a second stop signal) while the task was still running"
+        else:
+            reason = (
+                "Bridge stopped (restart or shutdown) while the task was still running, "
+                f"BRIDGE_DRAIN_S={settings.BRIDGE_DRAIN_S} s after it was asked to"
+            )
         for run in runs:
-            run.join(timeout=max(0, deadline - time.monotonic()))
-        reason = (
-            "Bridge stopped (restart or shutdown) while the task was still running, "
-            f"BRIDGE_DRAIN_S={settings.BRIDGE_DRAIN_S} s after it was asked to"
-        )
-        for run in runs:
-            if run.is_alive():
+            if not run.done.is_set():
                 try:
                     actions.request_cancel(actions.get_task(run.task.public_id), reason=reason, by="supervisor")
                 except Conflict:

@@ -445,15 +445,21 @@ def test_windows_job_information_has_the_win32_layout():
     assert ctypes.sizeof(ExtendedLimitInformation) == expected
 
 
-def test_stop_signals_drain_once_then_force_and_are_restored_after():
-    """The entry points' rule: the first stop signal asks for a drain, a second forces the exit."""
-    asked: list[str] = []
+@pytest.mark.parametrize("with_now", [True, False])
+def test_stop_signals_drain_then_stop_now_then_force_and_are_restored_after(with_now):
+    """The entry points' rule: the first stop signal asks for a drain, the second to stop at once (when the entry
+    point has such a step), and one more forces the exit."""
+    drained: list[str] = []
+    stopped: list[str] = []
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(KeyboardInterrupt), processes.on_stop_signals(asked.append):
+    now = stopped.append if with_now else None
+    with pytest.raises(KeyboardInterrupt), processes.on_stop_signals(drained.append, now):
         os.kill(os.getpid(), signal.SIGTERM)
-        assert asked == ["SIGTERM"], "the first signal asks for a graceful stop"
+        assert drained == ["SIGTERM"], "the first signal asks for a graceful stop"
         os.kill(os.getpid(), signal.SIGINT)
-    assert asked == ["SIGTERM"]
+        assert stopped == (["SIGINT"] if with_now else []), "the second asks to stop at once"
+        os.kill(os.getpid(), signal.SIGINT)
+    assert drained == ["SIGTERM"] and len(stopped) == with_now
     assert signal.getsignal(signal.SIGTERM) is before
     assert {s.name for s in processes.stop_signals()} >= {"SIGINT", "SIGTERM"}
 

@@ -1,19 +1,22 @@
 """Push between processes: a decision or cancel made in the web process reaches the supervisor process running the
-task through the channel layer (Redis) within milliseconds; polling is only the safety net (docs/architecture.md,
-"Principles" 1).
+task within milliseconds, through the channel layer (Redis) or, without one, this machine's local doorbell (UDP on
+127.0.0.1); polling is only the safety net (docs/architecture.md, "Principles" 1).
 
 The supervisor is a real `manage.py supervise` with BRIDGE_POLL_S=30, so only a push can deliver in time. The test
-process plays the web process (REDIS_URL set, its decisions announced through Redis). Nothing sleeps: each step waits
-for the event it causes.
+process plays the web process (its decisions rung through Redis, or to the supervisor's local port). Nothing sleeps:
+each step waits for the event it causes.
 """
 
 import asyncio
 import os
 import shutil
+import socket
+import sys
 import threading
 import time
 import uuid
 
+import psutil
 import pytest
 from channels.layers import channel_layers
 
@@ -51,16 +54,55 @@ def redis_layer(redis_settings):
     stop()
 
 
-@pytest.fixture
-def pushed_supervisor(redis_layer, work_root, fake_agent, settings):
+@pytest.fixture(params=["redis", "local"])
+def pushed_supervisor(request, work_root, fake_agent, settings):
+    """A supervisor in its own process that hears this process's rings only by push: through Redis, or (no channel
+    layer, as with SQLite) through the local doorbell of the data folder both share."""
+    if request.param == "redis":
+        env = {"REDIS_URL": request.getfixturevalue("redis_layer")}
+    else:
+        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+        doorbell.listen_across_processes()  # so this process hears the supervisor's rings at once too
+        env = {"REDIS_URL": "", "BRIDGE_DATA_DIR": str(settings.DATA_DIR)}
     proc = SuperviseProcess(
         settings,
         f"push-{uuid.uuid4().hex[:6]}",
         [work_root],
-        extra_env={"REDIS_URL": redis_layer, "BRIDGE_POLL_S": "30", "BRIDGE_DRAIN_S": "0"},
+        extra_env={**env, "BRIDGE_POLL_S": "30", "BRIDGE_DRAIN_S": "0"},
     )
     yield proc
     proc.stop()
+
+
+def test_the_local_doorbell_names_only_live_processes_and_skips_its_own_port(settings, tmp_path):
+    """A process killed with -9 leaves its entry: the next process that listens removes it. A ring goes to every
+    other live entry, never back to the ringing process."""
+    settings.DATA_DIR = tmp_path
+    folder = tmp_path / "doorbell"
+    folder.mkdir()
+    dead = psutil.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (folder / f"{dead.pid}-9").touch()
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    peer.settimeout(10)
+    (folder / f"{os.getpid()}-{peer.getsockname()[1]}").touch()  # a live process (this one) on another port
+    bell = doorbell._LocalBell()
+
+    bell.listen()
+    bell.send("task-key")
+
+    entries = sorted(entry.name for entry in folder.iterdir())
+    assert f"{dead.pid}-9" not in entries and len(entries) == 2, entries
+    assert peer.recvfrom(512)[0] == b"task-key"
+    heard = threading.Event()
+    unsubscribe = doorbell.subscribe("from-peer", heard.set, remote=False)
+    try:
+        peer.sendto(b"from-peer", ("127.0.0.1", bell._own[0].getsockname()[1]))
+        assert heard.wait(10), "a datagram from another process rings this process's subscribers"
+    finally:
+        unsubscribe()
+        peer.close()
 
 
 def test_a_decision_reaches_the_agent_in_another_process_at_once(pushed_supervisor, work_root):

@@ -2,6 +2,7 @@
 
 import json
 import shlex
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from tests.e2e import REPO, BridgeServer
+from tests.support import wait_until
 
 
 @pytest.fixture
@@ -161,3 +163,53 @@ def test_a_new_login_link_without_a_restart(server):
         timeout=60,
     )
     assert unknown.returncode != 0 and "no active user named 'nobody'" in unknown.stderr
+
+
+# --- stopping: the first Ctrl-C drains while serving, the second cancels (issue 13.7) ----------------------------
+
+
+def waiting_task(bridge: BridgeServer) -> str:
+    """A task whose agent asks to run a command, then says 'finished' once it may."""
+    prompt = "ask Bash " + json.dumps({"command": "touch allowed.txt"}) + "\nsay finished"
+    task_id = bridge.create_task(prompt, bridge.work)
+    wait_until(lambda: bridge.permissions(task_id), what="the agent's permission request")
+    return task_id
+
+
+def test_a_stop_serves_on_until_the_person_has_answered_the_waiting_task(tmp_path, fake_agent):
+    """Ctrl-C does not end a task that waits for a person: the server goes on serving, says where to answer, and
+    stops once the task has finished."""
+    with BridgeServer(tmp_path, "http://127.0.0.1:9", str(fake_agent), {"BRIDGE_DRAIN_S": "120"}) as bridge:
+        task_id = waiting_task(bridge)
+        bridge.proc.send_signal(signal.SIGINT)
+        link = f"{bridge.url.rstrip('/')}/tasks/{task_id}/"
+        wait_until(lambda: link in bridge.output(), what="the drain message naming the waiting task")
+        assert "1 wait for a decision" in bridge.output() and "Ctrl-C again cancels them now" in bridge.output()
+
+        assert bridge.decide(task_id, "allow").status_code == 200, "the server still takes the answer"
+        assert bridge.proc.wait(timeout=60) == 0, bridge.output()
+    with sqlite3.connect(bridge.data_dir / "bridge.sqlite3") as db:
+        status, error = db.execute(
+            "SELECT status, error FROM jobs_task WHERE public_id = ?", [task_id.replace("-", "")]
+        ).fetchone()
+    assert (status, error) == ("done", ""), bridge.output()
+    assert (bridge.work / "allowed.txt").exists()
+    assert "every task has ended; stopped serving" in bridge.output()
+
+
+def test_a_second_stop_cancels_at_once_and_says_so_on_the_permission(tmp_path, fake_agent):
+    with BridgeServer(tmp_path, "http://127.0.0.1:9", str(fake_agent), {"BRIDGE_DRAIN_S": "120"}) as bridge:
+        task_id = waiting_task(bridge)
+        bridge.proc.send_signal(signal.SIGINT)
+        wait_until(lambda: "Ctrl-C again cancels them now" in bridge.output(), what="the drain message")
+        bridge.proc.send_signal(signal.SIGINT)
+        assert bridge.proc.wait(timeout=60) == 0, bridge.output()
+    with sqlite3.connect(bridge.data_dir / "bridge.sqlite3") as db:
+        row = db.execute(
+            "SELECT t.status, t.error, p.status, p.decided_via, p.message FROM jobs_task t "
+            "JOIN jobs_permissionrequest p ON p.task_id = t.id WHERE t.public_id = ?",
+            [task_id.replace("-", "")],
+        ).fetchone()
+    status, error, perm_status, decided_via, message = row
+    assert (status, perm_status, decided_via) == ("cancelled", "cancelled", "supervisor"), row
+    assert "a second stop signal" in error and "a second stop signal" in message and "withdrew" not in message

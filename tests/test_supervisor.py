@@ -320,6 +320,22 @@ def test_sigterm_drains_then_cancels_with_a_reason(transactional_db, work_root, 
     assert "BRIDGE_DRAIN_S=2" in slow.error
 
 
+def test_a_second_sigterm_cancels_at_once_saying_so(transactional_db, work_root, fake_agent, settings):
+    proc = supervise_process(settings, {"BRIDGE_DRAIN_S": "600"})
+    try:
+        slow = wait_for(make_task("say slow started\nsleep 60"), has_event("text", text="slow started"))
+        proc.send_signal(signal.SIGTERM)
+        for line in proc.stderr:  # the drain has begun: it waits (up to 600 s) for the slow task
+            if "draining running tasks" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    slow.refresh_from_db()
+    assert slow.status == Status.CANCELLED and "a second stop signal" in slow.error
+
+
 def test_a_drain_says_truthfully_who_ended_a_pending_permission(transactional_db, work_root, fake_agent, settings):
     proc = supervise_process(settings, {"BRIDGE_DRAIN_S": "0"})
     try:

@@ -117,17 +117,21 @@ def stop_signals() -> list[signal.Signals]:
 
 
 @contextlib.contextmanager
-def on_stop_signals(stop: Callable[[str], None]) -> Iterator[None]:
-    """While inside: the first stop signal calls `stop(name)` (which should begin a graceful stop); a second one
-    raises KeyboardInterrupt to force the exit. The handlers in place before are restored on the way out."""
+def on_stop_signals(drain: Callable[[str], None], now: Callable[[str], None] | None = None) -> Iterator[None]:
+    """While inside: the first stop signal calls `drain(name)` (begin a graceful stop), the second `now(name)` (stop
+    what runs at once, saying why); one more, or the second when there is no `now`, raises KeyboardInterrupt to force
+    the exit. The handlers in place before are restored on the way out."""
     received: list[str] = []
 
     def handle(signum: int, frame: object) -> None:
         name = signal.Signals(signum).name
         received.append(name)
-        if len(received) > 1:
+        if len(received) == 1:
+            drain(name)
+        elif len(received) == 2 and now is not None:
+            now(name)
+        else:
             raise KeyboardInterrupt(f"{name} again: stopping now")
-        stop(name)
 
     previous = {sig: signal.signal(sig, handle) for sig in stop_signals()}
     try:

@@ -20,6 +20,7 @@ from bridge.asgi import application
 from jobs import executors, integrations, processes
 from jobs.auth import login_link_path, login_user
 from jobs.hints import manage_command
+from jobs.models import PermissionRequest
 from jobs.supervisor import Supervisor
 from jobs.webserver import FlowControlledServer
 
@@ -71,7 +72,7 @@ def port_taken(host: str, port: int, reason: str) -> str:
 
 
 class Command(BaseCommand):
-    help = "Serve Bridge on 127.0.0.1 and run its tasks. SIGTERM, Ctrl-C or Ctrl-Break: stop serving, drain, exit."
+    help = "Serve Bridge on 127.0.0.1 and run its tasks. SIGTERM, Ctrl-C or Ctrl-Break: drain while serving, then exit."
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -83,7 +84,7 @@ class Command(BaseCommand):
         check_database()
         self.login_path = self._login_link()
         connections.close_all()  # this thread only waits from here on: give its connection (a pool slot) back
-        supervisor = None
+        supervisor = thread = None
         if not no_supervisor:
             self.stderr.write("\n".join(executors.startup_lines(executors.executor_report())))
             supervisor = Supervisor()
@@ -97,16 +98,20 @@ class Command(BaseCommand):
         server = ListeningServer(
             application=ASGIStaticFilesHandler(application),
             endpoints=[f"{endpoint}:backlog={settings.BRIDGE_LISTEN_BACKLOG}" for endpoint in endpoints],
-            signal_handlers=True,
+            signal_handlers=False,  # ours, below: the first stop drains while this server goes on serving
             verbosity=0,
             ready_callable=lambda: reactor.callWhenRunning(self._announce, server),
         )
-        server.run()  # Twisted stops it on SIGINT, SIGTERM and (Windows) Ctrl-Break
-        if supervisor is not None:
-            self.stderr.write("Bridge: stopped serving; draining running tasks (Ctrl-C again stops at once)…")
-            with processes.on_stop_signals(lambda name: None):
-                supervisor.request_stop()
-                thread.join()
+        self.url = ""
+        stopping = Stopping(self, supervisor, thread)
+        with processes.on_stop_signals(
+            lambda name: reactor.callFromThread(stopping.drain, name),
+            lambda name: reactor.callFromThread(stopping.now, name),
+        ):
+            server.run()
+        if thread is not None and thread.is_alive():  # the server stopped by itself (it could not listen)
+            supervisor.request_stop()
+            thread.join()
         if server.listen_failure:
             raise CommandError(port_taken(host, port, server.listen_failure))
 
@@ -131,9 +136,61 @@ class Command(BaseCommand):
             log.warning(
                 "could not record this address in %s (%s): pass --url to install_hermes_skill", settings.DATA_DIR, exc
             )
+        self.url = url
         self.stdout.write(f"Open this one-time login link (valid 1 hour): {url}{self.login_path}")
         self.stdout.write(f"Bridge is listening on {url}/")
         self.stdout.write(
             f"  data: {settings.DATA_DIR}   allowed roots: {', '.join(map(str, settings.BRIDGE_ALLOWED_ROOTS))}"
         )
         sys.stdout.flush()
+
+
+class Stopping:
+    """Ctrl-C, SIGTERM or Ctrl-Break, the first time: stop claiming and let running tasks finish while the server goes
+    on serving, so a person can still answer the ones that wait for a decision; stop serving once they are done (or
+    BRIDGE_DRAIN_S has passed and the rest are cancelled). The second time: cancel them now, saying why."""
+
+    def __init__(self, command: Command, supervisor: Supervisor | None, thread: threading.Thread | None) -> None:
+        self.command, self.supervisor, self.thread = command, supervisor, thread
+
+    def drain(self, name: str) -> None:
+        if self.supervisor is None:
+            self.command.stderr.write(f"Bridge: {name} received: stopped serving.")
+            reactor.stop()
+            return
+        threading.Thread(target=self._drain_then_stop, args=(name,), name="drain", daemon=True).start()
+
+    def now(self, name: str) -> None:
+        self.command.stderr.write(f"Bridge: {name} received again: cancelling the running tasks now…")
+        if self.supervisor is None:
+            reactor.stop()
+        else:
+            self.supervisor.stop_now()
+
+    def _drain_then_stop(self, name: str) -> None:
+        try:
+            self.command.stderr.write(self.drain_message(name))
+        except DatabaseError as exc:  # the message only; the drain itself needs no database to begin
+            log.warning("could not list the running tasks: %s", exc)
+        finally:
+            connections.close_all()
+        self.supervisor.request_stop()
+        self.thread.join()
+        self.command.stderr.write("Bridge: every task has ended; stopped serving.")
+        reactor.callFromThread(reactor.stop)
+
+    def drain_message(self, name: str) -> str:
+        tasks = self.supervisor.running_tasks()
+        if not tasks:
+            return f"Bridge: {name} received: no task is running; stopping."
+        waiting = PermissionRequest.objects.pending().filter(task__in=tasks).values_list("task__public_id", flat=True)
+        links = [f"{self.command.url}/tasks/{public_id}/" for public_id in dict.fromkeys(waiting)]
+        lines = [
+            f"Bridge: {name} received: no new task starts (queued ones wait for the next start). {len(tasks)} running "
+            f"task(s) may finish within BRIDGE_DRAIN_S={settings.BRIDGE_DRAIN_S} s, and this server serves until "
+            "they have; the rest are then cancelled, saying why."
+        ]
+        if links:
+            lines.append(f"  {len(links)} wait for a decision; answer them now at: " + " ".join(links))
+        lines.append("  Ctrl-C again cancels them now.")
+        return "\n".join(lines)

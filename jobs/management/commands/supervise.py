@@ -46,11 +46,15 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         supervisor = Supervisor(capacity=concurrency, name=name, labels=labels)
 
-        def stop(name: str) -> None:
-            log.warning("%s received: draining running tasks (send it again to stop at once)", name)
+        def drain(name: str) -> None:
+            log.warning("%s received: draining running tasks (send it again to cancel them at once)", name)
             supervisor.request_stop()
 
-        with processes.on_stop_signals(stop):
+        def now(name: str) -> None:
+            log.warning("%s received again: cancelling the running tasks now", name)
+            supervisor.stop_now()
+
+        with processes.on_stop_signals(drain, now):
             supervisor.run()
         if supervisor.startup_error:
             taken = "Conflict: a supervisor named" in supervisor.startup_error  # nothing to do with migrations
