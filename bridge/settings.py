@@ -233,6 +233,9 @@ BRIDGE_SUPERVISOR_LABELS = env_list("BRIDGE_SUPERVISOR_LABELS", [])
 # Connections the OS queues before runbridge accepts them: a burst of 200 at once must not be reset (the OS may cap
 # it lower: net.core.somaxconn on Linux).
 BRIDGE_LISTEN_BACKLOG = env_int("BRIDGE_LISTEN_BACKLOG", 1024, minimum=1)
+# Threads that run plain (not streaming) HTTP requests, each keeping its database connection between requests; more
+# requests at once wait their turn (bridge/asgi.py).
+BRIDGE_WEB_THREADS = env_int("BRIDGE_WEB_THREADS", 8, minimum=1)
 BRIDGE_SSE_HEARTBEAT_S = env_int("BRIDGE_SSE_HEARTBEAT_S", 15, minimum=1)
 # A stream client (SSE or websocket) that reads nothing for this long is disconnected: what it has not read is
 # bounded by the connection's buffer (jobs/webserver.py), and a stuck client must not hold a stream forever.

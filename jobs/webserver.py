@@ -135,7 +135,8 @@ class FlowControlledServer(Server):
     def _release(self, protocol) -> None:
         """The response ends: Twisted wants the request's producer gone before it finishes."""
         details = self.connections.get(protocol) or {}
-        if details.pop("drain", None) is not None and getattr(protocol, "producer", None) is not None:
+        registered = details.pop("drain", None) is not None and getattr(protocol, "producer", None) is not None
+        if registered and protocol.channel is not None:  # None: the client has gone, and its channel with it
             protocol.unregisterProducer()
 
     async def _wait_for_reader(self, protocol, drain: Drain) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from jobs.webserver import FlowControlledServer
 from tests.e2e import BridgeServer
 from tests.support import fake_agent_script, wait_until
 
@@ -127,3 +128,22 @@ def test_a_reader_that_keeps_reading_gets_every_event_in_order(flooded):
     seqs = [event["id"] for event in server.stream(task_id) if event["id"] is not None]
     assert seqs == list(range(1, len(seqs) + 1))
     assert len(seqs) >= LINES
+
+
+def test_a_response_whose_client_has_gone_ends_without_an_error():
+    """A reply's last body part after the client closed the connection (Twisted has dropped the request's channel):
+    the producer registered for its earlier parts is let go quietly, not with an AttributeError in the log."""
+    from twisted.internet.error import ConnectionDone
+    from twisted.python.failure import Failure
+    from twisted.web import http
+    from twisted.web.test.requesthelper import DummyChannel
+
+    server = FlowControlledServer(application=None, endpoints=["tcp:port=0:interface=127.0.0.1"])
+    request = http.Request(DummyChannel())
+    server.connections = {request: {}}  # as run() keeps them
+    assert server._drain(request) is not None and request.producer is not None
+    request.connectionLost(Failure(ConnectionDone()))
+
+    server._release(request)
+
+    assert request.channel is None and "drain" not in server.connections[request]

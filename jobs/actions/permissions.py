@@ -66,10 +66,12 @@ def permission_data(perm: PermissionRequest) -> dict:
 
 def pending_permissions(task: Task | None = None) -> list[PermissionRequest]:
     """Requests waiting for an answer, oldest first: of one task, or of all."""
-    pending = PermissionRequest.objects.pending().select_related("task")
-    if task is not None:
-        pending = pending.filter(task=task)
-    return list(pending.oldest_first())
+    if task is None:
+        return list(PermissionRequest.objects.pending().select_related("task").oldest_first())
+    pending = list(PermissionRequest.objects.pending().filter(task=task).oldest_first())
+    for perm in pending:
+        perm.task = task  # known already: no join (half the cost of GET /v1/task was building it)
+    return pending
 
 
 def check_decision(behavior: str, request_id: str | None, updated_input: dict | None, message: str) -> None:

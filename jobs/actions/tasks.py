@@ -55,7 +55,7 @@ def get_task(task_id: str | uuid.UUID) -> Task:
             code="no_such_task",
         ) from None
     try:
-        task = Task.objects.select_related("session").get(public_id=public_id)
+        task = Task.objects.select_related("session", "worker").get(public_id=public_id)
     except Task.DoesNotExist:
         raise NotFound(f"no task {task_id}", code="no_such_task") from None
     return settle_if_orphaned(task)  # every read sees a dead supervisor's task as orphaned at once

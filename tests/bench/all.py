@@ -17,7 +17,16 @@ sys.path.insert(0, str(REPO))
 
 from tests.bench.table import ROWS_FILE_VAR, Row, load, render  # noqa: E402
 
-SCRIPTS = ("run.py", "real_cli.py", "ingest.py", "idle.py", "scale_out.py", "dashboard.py", "mcp_first_output.py")
+SCRIPTS = (
+    "run.py",
+    "real_cli.py",
+    "ingest.py",
+    "http.py",
+    "idle.py",
+    "scale_out.py",
+    "dashboard.py",
+    "mcp_first_output.py",
+)
 
 
 def main() -> int:

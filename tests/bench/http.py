@@ -1,0 +1,150 @@
+"""Benchmark (`make bench`): requests per second the REST API answers, next to what Daphne answers for a trivial app.
+
+A `runbridge` with the fake agent; a finished task to read. Each endpoint is loaded for --seconds by --connections
+keep-alive connections split over --clients processes (asyncio, raw HTTP/1.1: a client must cost far less than the
+server on a 2-core machine). The machine's own limit is the same load on Daphne serving a 20-line ASGI app that
+answers "ok", measured in the same run.
+"""
+
+import argparse
+import asyncio
+import multiprocessing
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from tests.bench.run import SHIPPED, fake_agent  # noqa: E402
+from tests.bench.table import Row, emit  # noqa: E402
+from tests.e2e import BridgeServer  # noqa: E402
+from tests.support import stop_process  # noqa: E402
+
+TRIVIAL_APP = """
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+"""
+
+
+async def _one_connection(host: str, port: int, request: bytes, until: float) -> tuple[int, int]:
+    """(answers, errors) over one keep-alive connection until the clock passes `until`."""
+    reader, writer = await asyncio.open_connection(host, port)
+    answers = errors = 0
+    try:
+        while time.monotonic() < until:
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head.split(b" ", 2)[1])
+            length = next(
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            )
+            await reader.readexactly(length)
+            answers += status < 400
+            errors += status >= 400
+    finally:
+        writer.close()
+    return answers, errors
+
+
+def _client(host: str, port: int, request: bytes, connections: int, until: float, out) -> None:
+    async def main() -> list[tuple[int, int]]:
+        return await asyncio.gather(*(_one_connection(host, port, request, until) for _ in range(connections)))
+
+    results = asyncio.run(main())
+    out.put((sum(a for a, _ in results), sum(e for _, e in results)))
+
+
+def load(url: str, path: str, headers: dict[str, str], args) -> float:
+    """Answers per second (non-error ones) over args.seconds; fails on any error answer."""
+    host, port = url.removeprefix("http://").rstrip("/").rsplit(":", 1)
+    lines = [f"GET {path} HTTP/1.1", f"Host: {host}:{port}", *(f"{k}: {v}" for k, v in headers.items())]
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode()
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    until = time.monotonic() + 2 + args.seconds  # the clients' start-up is inside the first 2 s, measured apart
+    per_client = max(1, args.connections // args.clients)
+    clients = [
+        context.Process(target=_client, args=(host, int(port), request, per_client, until, out))
+        for _ in range(args.clients)
+    ]
+    for client in clients:
+        client.start()
+    started = time.monotonic()
+    results = [out.get(timeout=args.seconds + 60) for _ in clients]
+    elapsed = time.monotonic() - started
+    for client in clients:
+        client.join()
+    answers, errors = sum(a for a, _ in results), sum(e for _, e in results)
+    if errors:
+        raise SystemExit(f"{errors} error answers from {path}")
+    return answers / elapsed
+
+
+def trivial_limit(root: Path, args) -> float:
+    (root / "trivial_app.py").write_text(TRIVIAL_APP)
+    daphne = Path(sys.executable).with_name("daphne")
+    proc = subprocess.Popen(
+        [str(daphne), "-b", "127.0.0.1", "-p", "0", "--verbosity", "1", "trivial_app:app"],
+        cwd=root,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for line in proc.stderr:
+            if "Listening on TCP address" in line:
+                url = "http://" + line.rsplit(" ", 1)[-1].strip()
+                break
+        else:
+            raise SystemExit("daphne did not start")
+        return load(url, "/", {}, args)
+    finally:
+        stop_process(proc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--clients", type=int, default=2, help="client processes")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bridge-bench-") as tmp:
+        root = Path(tmp)
+        limit = trivial_limit(root, args)
+        with BridgeServer(root / "bridge", "http://127.0.0.1:9", fake_agent(root), extra_env=SHIPPED) as bridge:
+            task_id = bridge.create_task("say hello", bridge.work)
+            for _ in bridge.stream(task_id):
+                pass
+            auth = {"Authorization": f"Bearer {bridge.token}"}
+            rates = {
+                "GET /v1/task": load(bridge.url, f"/v1/task?task_id={task_id}", auth, args),
+                "GET /v1/tasks": load(bridge.url, "/v1/tasks?limit=20", auth, args),
+                "GET /health": load(bridge.url, "/health", {}, args),
+            }
+    note = f"{args.connections} keep-alive connections from {args.clients} client processes"
+    rows = [
+        Row(
+            f"{what}, req/s",
+            rate,
+            unit="req/s",
+            goal=1000 if what == "GET /v1/task" else None,
+            limit=limit,
+            higher_is_better=True,
+            note=note,
+        )
+        for what, rate in rates.items()
+    ]
+    emit(rows)
+
+
+if __name__ == "__main__":
+    main()
