@@ -21,7 +21,7 @@ SCRIPTS = (
     "run.py",
     "real_cli.py",
     "ingest.py",
-    "http.py",
+    "http_load.py",
     "idle.py",
     "scale_out.py",
     "dashboard.py",

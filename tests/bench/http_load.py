@@ -9,6 +9,7 @@ answers "ok", measured in the same run.
 import argparse
 import asyncio
 import multiprocessing
+import os
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,6 @@ sys.path.insert(0, str(REPO))
 from tests.bench.run import SHIPPED, fake_agent  # noqa: E402
 from tests.bench.table import Row, emit  # noqa: E402
 from tests.e2e import BridgeServer  # noqa: E402
-from tests.support import stop_process  # noqa: E402
 
 TRIVIAL_APP = """
 async def app(scope, receive, send):
@@ -94,7 +94,7 @@ def trivial_limit(root: Path, args) -> float:
     (root / "trivial_app.py").write_text(TRIVIAL_APP)
     daphne = Path(sys.executable).with_name("daphne")
     proc = subprocess.Popen(
-        [str(daphne), "-b", "127.0.0.1", "-p", "0", "--verbosity", "1", "trivial_app:app"],
+        [str(daphne), "-b", "127.0.0.1", "-p", "0", "--access-log", os.devnull, "trivial_app:app"],
         cwd=root,
         stderr=subprocess.PIPE,
         text=True,
@@ -108,7 +108,8 @@ def trivial_limit(root: Path, args) -> float:
             raise SystemExit("daphne did not start")
         return load(url, "/", {}, args)
     finally:
-        stop_process(proc)
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def main() -> None:
