@@ -236,6 +236,9 @@ BRIDGE_LISTEN_BACKLOG = env_int("BRIDGE_LISTEN_BACKLOG", 1024, minimum=1)
 # Threads that run plain (not streaming) HTTP requests, each keeping its database connection between requests; more
 # requests at once wait their turn (bridge/asgi.py).
 BRIDGE_WEB_THREADS = env_int("BRIDGE_WEB_THREADS", 8, minimum=1)
+# Processes that serve runbridge's port (it and helpers sharing its socket; one on Windows): Python runs one thread at
+# a time per process, so more cores need more processes. They ring each other over the local doorbell.
+BRIDGE_WEB_PROCESSES = env_int("BRIDGE_WEB_PROCESSES", min(2, os.cpu_count() or 1), minimum=1)
 BRIDGE_SSE_HEARTBEAT_S = env_int("BRIDGE_SSE_HEARTBEAT_S", 15, minimum=1)
 # A stream client (SSE or websocket) that reads nothing for this long is disconnected: what it has not read is
 # bounded by the connection's buffer (jobs/webserver.py), and a stuck client must not hold a stream forever.

@@ -8,8 +8,10 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from functools import partial
 
 import httpx
+import psutil
 import pytest
 
 from tests.e2e import REPO, BridgeServer
@@ -213,3 +215,70 @@ def test_a_second_stop_cancels_at_once_and_says_so_on_the_permission(tmp_path, f
     status, error, perm_status, decided_via, message = row
     assert (status, perm_status, decided_via) == ("cancelled", "cancelled", "supervisor"), row
     assert "a second stop signal" in error and "a second stop signal" in message and "withdrew" not in message
+
+
+# --- more web processes on one port (issue 12) ---------------------------------------------------------------------
+
+
+def helper_of(bridge: BridgeServer) -> psutil.Process:
+    """The web process runbridge started beside itself, sharing its port."""
+
+    def find() -> psutil.Process | None:
+        children = psutil.Process(bridge.proc.pid).children()
+        return next((c for c in children if "--inherited-endpoint" in c.cmdline()), None)
+
+    return wait_until(find, what="the helper web process")
+
+
+def connection_served_by(process: psutil.Process, url: str) -> socket.socket:
+    """A client connection that `process` accepted (the kernel hands each new one to whichever process takes it)."""
+    host, port = url.removeprefix("http://").rstrip("/").rsplit(":", 1)
+    both = (process, psutil.Process(process.ppid()))
+    opened: list[socket.socket] = []
+    try:
+        for _ in range(200):
+            opened.append(socket.create_connection((host, int(port))))
+            address = opened[-1].getsockname()
+            wait_until(partial(accepted_by_any, both, address), what="the connection's accept")
+            if accepted_by_any([process], address):
+                return opened.pop()
+    finally:
+        for other in opened:
+            other.close()
+    pytest.fail("200 connections in a row went to the first process")
+
+
+def accepted_by_any(processes: list[psutil.Process], client_address: tuple) -> bool:
+    return any(
+        c.raddr and tuple(c.raddr) == tuple(client_address) for p in processes for c in p.net_connections(kind="tcp")
+    )
+
+
+def test_two_web_processes_share_the_port_and_the_second_streams_by_push(tmp_path, fake_agent):
+    """A stream served by the helper process hears the supervisor (in the first process) through the local doorbell:
+    with every poll 30 s apart, only a push gets the agent's next line to it within 10 s."""
+    env = {"BRIDGE_WEB_PROCESSES": "2", "BRIDGE_POLL_S": "30", "BRIDGE_SSE_HEARTBEAT_S": "30"}
+    with BridgeServer(tmp_path, "http://127.0.0.1:9", str(fake_agent), env) as bridge:
+        assert "web processes: 2" in "\n".join(bridge.stdout_lines)
+        helper = helper_of(bridge)
+        task_id = waiting_task(bridge)
+        client = connection_served_by(helper, bridge.url)
+        request = f"GET /v1/task/output/stream?task_id={task_id} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        client.sendall(f"{request}Authorization: Bearer {bridge.token}\r\n\r\n".encode())
+        client.settimeout(10)
+        received = b""
+        while b"permission_request" not in received:
+            received += client.recv(65536)
+
+        assert bridge.decide(task_id, "allow").status_code == 200
+        while b"finished" not in received:
+            received += client.recv(65536)  # a 30 s poll would time out here first
+        client.close()
+    assert not helper.is_running() or helper.wait(timeout=30) is not None, "the helper stops with runbridge"
+
+
+def test_a_helper_web_process_ends_when_runbridge_is_killed(tmp_path, fake_agent):
+    with BridgeServer(tmp_path, "http://127.0.0.1:9", str(fake_agent), {"BRIDGE_WEB_PROCESSES": "2"}) as bridge:
+        helper = helper_of(bridge)
+        bridge.proc.kill()
+        helper.wait(timeout=30)  # its stdin pipe closed with the parent

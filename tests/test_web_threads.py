@@ -44,8 +44,8 @@ async def get(app, path: str, query: str, token: str) -> tuple[int, bytes]:
 
 
 def test_plain_requests_reuse_a_few_threads_and_their_connections(settings, work_root):
-    """Twenty reads, four at a time, are served by at most BRIDGE_WEB_THREADS threads, which open at most one
-    database connection each (Django's ASGI handler opened a thread and a connection per request)."""
+    """Twenty reads, four at a time, open at most BRIDGE_WEB_THREADS database connections: one per pool thread, kept
+    (Django's ASGI handler made a thread, and so opened a connection, per request)."""
     from bridge.asgi import application
 
     token = create_token("threads")[1]
@@ -75,5 +75,6 @@ def test_plain_requests_reuse_a_few_threads_and_their_connections(settings, work
         request_started.disconnect(on_request)
         connection_created.disconnect(on_connection)
     assert all(status == 200 and json.loads(body)["id"] == str(task.public_id) for status, body in answers)
-    assert 1 <= len(threads) <= min(4, settings.BRIDGE_WEB_THREADS), threads
-    assert len(opened) <= len(threads), "each thread opened its connection once and kept it"
+    assert threads and len(opened) <= settings.BRIDGE_WEB_THREADS < len(answers), (
+        f"{len(opened)} database connections opened for {len(answers)} requests: one per pool thread, kept"
+    )

@@ -49,7 +49,9 @@ class McpHttpApp:
     def __init__(self, fallback: Callable) -> None:
         self.fallback = fallback
         self.mcp_app = get_server().streamable_http_app(
-            streamable_http_path=self.path, transport_security=_transport_security()
+            streamable_http_path=self.path,
+            transport_security=_transport_security(),
+            stateless_http=True,  # any web process (or host) may take a client's next request: none keeps a session
         )
         self._runner: asyncio.Task | None = None
         self._lock = asyncio.Lock()

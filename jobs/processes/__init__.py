@@ -35,6 +35,8 @@ __all__ = [
     "kill_tagged",
     "on_stop_signals",
     "stop_signals",
+    "can_share_listening_socket",
+    "spawn_sharing",
     "kill_tree",
     "on_exit",
     "process_identity",
@@ -139,3 +141,19 @@ def on_stop_signals(drain: Callable[[str], None], now: Callable[[str], None] | N
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+# --- web processes that share runbridge's listening socket -------------------------------------------------------
+
+
+def can_share_listening_socket() -> bool:
+    """Whether more web processes can serve runbridge's listening socket: each inherits its descriptor, which Twisted
+    adopts on POSIX only (on Windows runbridge serves from its own process)."""
+    return PLATFORM != "win32"
+
+
+def spawn_sharing(argv: Sequence[str], fd: int, *, env: dict[str, str], cwd: str) -> subprocess.Popen:
+    """A helper that inherits the listening socket `fd`, in a session of its own (a terminal's Ctrl-C reaches only
+    the parent, which stops it when it is done), reading its stdin: the pipe closes when the parent closes it or
+    dies, however it dies, and the helper stops then."""
+    return subprocess.Popen(list(argv), pass_fds=[fd], stdin=subprocess.PIPE, start_new_session=True, env=env, cwd=cwd)

@@ -126,6 +126,7 @@ def main() -> None:
             for _ in bridge.stream(task_id):
                 pass
             auth = {"Authorization": f"Bearer {bridge.token}"}
+            load(bridge.url, "/health", {}, argparse.Namespace(**{**vars(args), "seconds": 3}))  # every process up
             rates = {
                 "GET /v1/task": load(bridge.url, f"/v1/task?task_id={task_id}", auth, args),
                 "GET /v1/tasks": load(bridge.url, "/v1/tasks?limit=20", auth, args),

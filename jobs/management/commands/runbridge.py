@@ -3,8 +3,11 @@
 It prints a one-time login link for the browser, so a newcomer needs no password to get in.
 """
 
+import argparse
 import logging
+import os
 import socket
+import subprocess
 import sys
 import threading
 
@@ -39,13 +42,23 @@ class ListeningServer(FlowControlledServer):
 
 def check_port_free(host: str, port: int) -> None:
     """Fail before anything starts (the supervisor included) when the address is taken, saying what to do."""
-    if port == 0:
-        return
+    if port != 0:
+        bind(host, port).close()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, or a CommandError saying what to do when the address is taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        socket.create_server((host.strip("[]"), port), family=family).close()
+        return socket.create_server((host.strip("[]"), port), family=family, backlog=settings.BRIDGE_LISTEN_BACKLOG)
     except OSError as exc:
         raise CommandError(port_taken(host, port, exc.strerror or str(exc))) from None
+
+
+def shared_endpoint(listener: socket.socket) -> str:
+    """The Twisted endpoint that adopts the IPv4 socket `listener`, in this process and in the helpers that inherit it
+    (Daphne's `fd` endpoint parser takes no other address family)."""
+    return f"fd:fileno={listener.fileno()}"
 
 
 def check_database() -> None:
@@ -78,26 +91,30 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
         parser.add_argument("--port", type=int, default=8800, help="port (default 8800; 0 picks a free one)")
         parser.add_argument("--no-supervisor", action="store_true", help="serve only; run tasks elsewhere")
+        parser.add_argument("--inherited-endpoint", help=argparse.SUPPRESS)  # a helper: serve the parent's socket
 
-    def handle(self, *args, host, port, no_supervisor, **options):
-        check_port_free(host, port)
+    def handle(self, *args, host, port, no_supervisor, inherited_endpoint, **options):
+        if inherited_endpoint:
+            return self._serve_as_helper(inherited_endpoint)
+        self.helpers: list[subprocess.Popen] = []
+        sharing = settings.BRIDGE_WEB_PROCESSES > 1 and processes.can_share_listening_socket() and ":" not in host
+        listener = bind(host, port) if sharing else None
+        if listener is None:
+            check_port_free(host, port)
         check_database()
         self.login_path = self._login_link()
         connections.close_all()  # this thread only waits from here on: give its connection (a pool slot) back
-        supervisor = thread = None
-        if not no_supervisor:
-            self.stderr.write("\n".join(executors.startup_lines(executors.executor_report())))
-            supervisor = Supervisor()
-            thread = threading.Thread(target=supervisor.run, name="supervisor", daemon=True)
-            thread.start()
-            if not supervisor.ready.wait(timeout=60):
-                raise CommandError("the supervisor did not start within 60 s (is the database reachable?)")
-            if supervisor.startup_error:
-                raise CommandError(f"{supervisor.startup_error}. Did you run {manage_command('migrate')}?")
-        endpoints = build_endpoint_description_strings(host=host, port=port)
+        supervisor, thread = (None, None) if no_supervisor else self._start_supervisor()
+        if listener is None:
+            endpoints = build_endpoint_description_strings(host=host, port=port)
+            endpoints = [f"{endpoint}:backlog={settings.BRIDGE_LISTEN_BACKLOG}" for endpoint in endpoints]
+        else:
+            endpoints = [shared_endpoint(listener)]
+            self.helpers = [self._start_helper(listener) for _ in range(1, settings.BRIDGE_WEB_PROCESSES)]
+            listener.detach()  # Twisted adopts the descriptor, and closes it once it has its own copy
         server = ListeningServer(
             application=ASGIStaticFilesHandler(application),
-            endpoints=[f"{endpoint}:backlog={settings.BRIDGE_LISTEN_BACKLOG}" for endpoint in endpoints],
+            endpoints=endpoints,
             signal_handlers=False,  # ours, below: the first stop drains while this server goes on serving
             verbosity=0,
             ready_callable=lambda: reactor.callWhenRunning(self._announce, server),
@@ -109,11 +126,53 @@ class Command(BaseCommand):
             lambda name: reactor.callFromThread(stopping.now, name),
         ):
             server.run()
+        self._stop_helpers()
         if thread is not None and thread.is_alive():  # the server stopped by itself (it could not listen)
             supervisor.request_stop()
             thread.join()
         if server.listen_failure:
             raise CommandError(port_taken(host, port, server.listen_failure))
+
+    def _start_supervisor(self) -> tuple[Supervisor, threading.Thread]:
+        self.stderr.write("\n".join(executors.startup_lines(executors.executor_report())))
+        supervisor = Supervisor()
+        thread = threading.Thread(target=supervisor.run, name="supervisor", daemon=True)
+        thread.start()
+        if not supervisor.ready.wait(timeout=60):
+            raise CommandError("the supervisor did not start within 60 s (is the database reachable?)")
+        if supervisor.startup_error:
+            raise CommandError(f"{supervisor.startup_error}. Did you run {manage_command('migrate')}?")
+        return supervisor, thread
+
+    def _start_helper(self, listener: socket.socket) -> subprocess.Popen:
+        """Another web process: it serves this one's socket and stops when this one closes its stdin (or dies)."""
+        argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "runbridge", "--no-supervisor"]
+        argv += ["--inherited-endpoint", shared_endpoint(listener)]
+        return processes.spawn_sharing(argv, listener.fileno(), env=os.environ.copy(), cwd=str(settings.BASE_DIR))
+
+    def _stop_helpers(self) -> None:
+        for helper in self.helpers:
+            helper.stdin.close()
+        for helper in self.helpers:
+            try:
+                helper.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                log.warning("web process %d did not stop within 15 s; killing it", helper.pid)
+                helper.kill()
+
+    def _serve_as_helper(self, endpoint: str) -> None:
+        """A helper web process: the parent's socket, no supervisor, no messages; stops when its stdin closes."""
+        server = FlowControlledServer(
+            application=ASGIStaticFilesHandler(application), endpoints=[endpoint], signal_handlers=False, verbosity=0
+        )
+
+        def stop_when_the_parent_does() -> None:
+            sys.stdin.buffer.read()  # returns at EOF: the parent closed the pipe, or died
+            reactor.callFromThread(reactor.stop)
+
+        threading.Thread(target=stop_when_the_parent_does, name="parent-watch", daemon=True).start()
+        with processes.on_stop_signals(lambda name: reactor.callFromThread(reactor.stop)):
+            server.run()
 
     def _login_link(self) -> str:
         """A link for the first superuser (made on a fresh install)."""
@@ -141,6 +200,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Bridge is listening on {url}/")
         self.stdout.write(
             f"  data: {settings.DATA_DIR}   allowed roots: {', '.join(map(str, settings.BRIDGE_ALLOWED_ROOTS))}"
+            f"   web processes: {1 + len(self.helpers)}"
         )
         sys.stdout.flush()
 
