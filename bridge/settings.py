@@ -78,6 +78,22 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
+
+
+def _machine_id() -> str:
+    """This install's name for the machine it runs on, kept in the data dir: unlike the host name, it does not change
+    when the network renames the machine (jobs/actions/tasks.py, session_home)."""
+    path = DATA_DIR / "machine_id"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(8))
+    return path.read_text().strip()
+
+
+BRIDGE_MACHINE_ID = _machine_id()
 DEBUG = env_bool("BRIDGE_DEBUG", False)
 ALLOWED_HOSTS = env_list("BRIDGE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("BRIDGE_CSRF_TRUSTED_ORIGINS", [])
@@ -237,8 +253,9 @@ BRIDGE_LISTEN_BACKLOG = env_int("BRIDGE_LISTEN_BACKLOG", 1024, minimum=1)
 # requests at once wait their turn (bridge/asgi.py).
 BRIDGE_WEB_THREADS = env_int("BRIDGE_WEB_THREADS", 8, minimum=1)
 # Processes that serve runbridge's port (it and helpers sharing its socket; one on Windows): Python runs one thread at
-# a time per process, so more cores need more processes. They ring each other over the local doorbell.
-BRIDGE_WEB_PROCESSES = env_int("BRIDGE_WEB_PROCESSES", min(2, os.cpu_count() or 1), minimum=1)
+# a time per process, so more requests per second need more processes. They ring each other over the local doorbell,
+# which costs a decision or a create a few milliseconds on its way to the supervisor, so one is the default.
+BRIDGE_WEB_PROCESSES = env_int("BRIDGE_WEB_PROCESSES", 1, minimum=1)
 BRIDGE_SSE_HEARTBEAT_S = env_int("BRIDGE_SSE_HEARTBEAT_S", 15, minimum=1)
 # A stream client (SSE or websocket) that reads nothing for this long is disconnected: what it has not read is
 # bounded by the connection's buffer (jobs/webserver.py), and a stuck client must not hold a stream forever.

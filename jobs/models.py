@@ -96,12 +96,17 @@ class WorkerQuerySet(models.QuerySet):
         """Supervisors that have not stopped and whose heartbeat is fresher than `stale_after`."""
         return self.filter(stopped_at__isnull=True, heartbeat_at__gte=timezone.now() - stale_after)
 
+    def recent(self, within: timedelta) -> "WorkerQuerySet":
+        """Supervisors alive at some time in the last `within`, stopped since or not."""
+        return self.filter(heartbeat_at__gte=timezone.now() - within)
+
 
 class Worker(models.Model):
     """One supervisor process; its heartbeat tells peers whether it is alive."""
 
     name = models.CharField(max_length=200, unique=True)
     host = models.CharField(max_length=200)
+    machine = models.CharField(max_length=64, blank=True, default="")  # settings.BRIDGE_MACHINE_ID of its data dir
     pid = models.IntegerField()
     process_create_time = models.FloatField()
     capacity = models.IntegerField()

@@ -79,7 +79,6 @@ class BridgeServer:
                 "BRIDGE_CLAUDE_BIN": claude,
                 "BRIDGE_PASS_ENV": ",".join(v for v in PROXY_VARS if v in env),
                 "BRIDGE_DRAIN_S": "5",
-                "BRIDGE_WEB_PROCESSES": "1",  # each test's server starts faster; tests that share a port ask for 2
                 "BRIDGE_KILL_GRACE_S": "2",
                 "BRIDGE_SSE_HEARTBEAT_S": "1",  # lets a stuck stream notice its deadline
                 "BRIDGE_POLL_S": "0.2",

@@ -21,9 +21,11 @@ import pytest
 from django.contrib.sessions.middleware import SessionMiddleware
 from django.db import OperationalError, connection
 from django.test import AsyncClient, Client
+from django.utils import timezone
 
 from jobs import actions
-from jobs.models import AgentSession, Task
+from jobs.actions.workers import serves
+from jobs.models import AgentSession, Task, Worker
 from jobs.vocabulary import Status
 from tests.support import REPO, WebProcess, database_url, postgres_or_skip, rerun_on_postgres
 
@@ -166,14 +168,43 @@ def test_the_same_job_for_another_target_is_another_job(work_root):
     assert actions.create_or_join_task(on["a"]) == (tasks["a"][0], False), "the same job on the same target is joined"
 
 
-def ran_session_on(worker_name: str | None, work_root) -> Task:
-    """A finished task whose agent session ran on a supervisor registered here (named, or by default host:pid:…)."""
+def ran_session_on(worker_name: str | None, work_root, *, other_machines: bool = True) -> Task:
+    """A finished task whose agent session ran on a supervisor registered here (named, or by default host:pid:…),
+    while a supervisor on another machine was live too (unless not `other_machines`)."""
+    if other_machines:
+        another_machine(name="peer-elsewhere")
     worker = actions.register_worker(1, name=worker_name, labels=[])
     task = actions.create_task(actions.TaskSpec(prompt="first", cwd=str(work_root)))
     session = AgentSession.objects.create(agent="claude", session_id=f"s-{worker.pk}", cwd=str(work_root))
     Task.objects.filter(pk=task.pk).update(worker=worker, session=session, status=Status.DONE)
     actions.stop_worker(worker)
     return actions.get_task(task.public_id)
+
+
+def another_machine(name: str) -> Worker:
+    """A supervisor row as one on another machine (its own data dir) leaves it."""
+    return Worker.objects.create(
+        name=name,
+        host=f"{name}-host",
+        machine=f"{name}-machine",
+        pid=1,
+        process_create_time=0,
+        capacity=1,
+        heartbeat_at=timezone.now(),
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_one_machine_a_follow_up_is_not_pinned_to_a_host_name_the_network_may_change(work_root):
+    """With no other machine seen lately, a follow-up may run on any supervisor: here one that registered after the
+    laptop's host name changed. Once another machine is seen, it is pinned again."""
+    task = ran_session_on(None, work_root, other_machines=False)
+    Worker.objects.filter(pk=task.worker.pk).update(host="old-name.local", name="old-name.local:4242:abcdef")
+    follow_up = actions.continue_task(task, "more")
+    renamed = actions.register_worker(1, name=None, labels=[])
+    assert follow_up.target == "" and serves(renamed, follow_up.cwd, follow_up.target)
+    another_machine(name="desk")
+    assert actions.continue_task(task, "again").target == "old-name.local"
 
 
 @pytest.mark.django_db(transaction=True)

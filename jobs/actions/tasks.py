@@ -4,6 +4,7 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from jobs.actions.liveness import live_supervisors, settle_if_orphaned
 from jobs.actions.workers import served_cwd, wait_reason
 from jobs.errors import Conflict, InvalidInput, NotFound, QueueFull
 from jobs.inputs import check_int, check_text
-from jobs.models import AgentSession, Task
+from jobs.models import AgentSession, Task, Worker
 from jobs.vocabulary import Agent, PermissionMode, Source, Status
 
 SUPPORTED_AGENTS = tuple(Agent)
@@ -39,6 +40,8 @@ MAX_LIST_CHARS = 8_000  # the entries joined with commas, as the agents take the
 QUEUE_ADMISSION_LOCK = 0x6272_6467_7175_6575
 # Tries to queue-or-join when the task to join ends between the failed insert and the look-up.
 JOIN_ATTEMPTS = 5
+# Supervisors seen this recently count as ones a follow-up might reach (session_home).
+MACHINES_SEEN_WITHIN = timedelta(days=1)
 
 
 def get_task(task_id: str | uuid.UUID) -> Task:
@@ -183,11 +186,14 @@ def checked_run_settings(spec: TaskSpec) -> tuple[str, dict[str, Any], int | Non
 def session_home(session: AgentSession) -> str:
     """Where a follow-up of `session` must run: the supervisor that ran its newest task, since the agent keeps its
     session on that host. Its declared name when it has one, else its host (the default name `host:pid:random` dies
-    with the process); "" when no supervisor has run it yet."""
+    with the process); "" when no supervisor has run it yet, or when every supervisor seen lately runs on the machine
+    it ran on (one machine needs no pin, and a laptop the network renames would otherwise wait for its old name)."""
     last = Task.objects.filter(session=session, worker__isnull=False).select_related("worker").newest_first().first()
     if last is None:
         return ""
     worker = last.worker
+    if worker.machine and not Worker.objects.recent(MACHINES_SEEN_WITHIN).exclude(machine=worker.machine).exists():
+        return ""
     return worker.host if worker.name.startswith(f"{worker.host}:") else worker.name
 
 

@@ -75,6 +75,7 @@ def register_worker(capacity: int, *, name: str | None = None, labels: Iterable[
     return Worker.objects.create(
         name=name or f"{host}:{proc.pid}:{uuid.uuid4().hex[:6]}",
         host=host,
+        machine=settings.BRIDGE_MACHINE_ID,
         pid=proc.pid,
         process_create_time=proc.create_time(),
         capacity=capacity,

@@ -3,7 +3,8 @@
 A `runbridge` with the fake agent; a finished task to read. Each endpoint is loaded for --seconds by --connections
 keep-alive connections split over --clients processes (asyncio, raw HTTP/1.1: a client must cost far less than the
 server on a 2-core machine). The machine's own limit is the same load on Daphne serving a 20-line ASGI app that
-answers "ok", measured in the same run.
+answers "ok", measured in the same run. Measured with the shipped single web process and with two
+(BRIDGE_WEB_PROCESSES=2).
 """
 
 import argparse
@@ -112,39 +113,47 @@ def trivial_limit(root: Path, args) -> float:
         proc.wait(timeout=30)
 
 
+def rates_of(root: Path, web_processes: int, args) -> dict[str, float]:
+    """Req/s of each endpoint from a runbridge serving with `web_processes` processes."""
+    env = {**SHIPPED, "BRIDGE_WEB_PROCESSES": str(web_processes)}
+    agent = fake_agent(root)
+    with BridgeServer(root / f"bridge-{web_processes}", "http://127.0.0.1:9", agent, extra_env=env) as bridge:
+        task_id = bridge.create_task("say hello", bridge.work)
+        for _ in bridge.stream(task_id):
+            pass
+        auth = {"Authorization": f"Bearer {bridge.token}"}
+        load(bridge.url, "/health", {}, argparse.Namespace(**{**vars(args), "seconds": 3}))  # every process up
+        return {
+            "GET /v1/task": load(bridge.url, f"/v1/task?task_id={task_id}", auth, args),
+            "GET /v1/tasks": load(bridge.url, "/v1/tasks?limit=20", auth, args),
+            "GET /health": load(bridge.url, "/health", {}, args),
+        }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--clients", type=int, default=2, help="client processes")
     args = parser.parse_args()
+    rows = []
     with tempfile.TemporaryDirectory(prefix="bridge-bench-") as tmp:
         root = Path(tmp)
         limit = trivial_limit(root, args)
-        with BridgeServer(root / "bridge", "http://127.0.0.1:9", fake_agent(root), extra_env=SHIPPED) as bridge:
-            task_id = bridge.create_task("say hello", bridge.work)
-            for _ in bridge.stream(task_id):
-                pass
-            auth = {"Authorization": f"Bearer {bridge.token}"}
-            load(bridge.url, "/health", {}, argparse.Namespace(**{**vars(args), "seconds": 3}))  # every process up
-            rates = {
-                "GET /v1/task": load(bridge.url, f"/v1/task?task_id={task_id}", auth, args),
-                "GET /v1/tasks": load(bridge.url, "/v1/tasks?limit=20", auth, args),
-                "GET /health": load(bridge.url, "/health", {}, args),
-            }
-    note = f"{args.connections} keep-alive connections from {args.clients} client processes"
-    rows = [
-        Row(
-            f"{what}, req/s",
-            rate,
-            unit="req/s",
-            goal=1000 if what == "GET /v1/task" else None,
-            limit=limit,
-            higher_is_better=True,
-            note=note,
-        )
-        for what, rate in rates.items()
-    ]
+        for processes in (1, 2):
+            note = f"{args.connections} keep-alive connections from {args.clients} client processes"
+            rows += [
+                Row(
+                    f"{what}, req/s, {processes} web process{'es' if processes > 1 else ''}",
+                    rate,
+                    unit="req/s",
+                    goal=1000 if what == "GET /v1/task" else None,
+                    limit=limit,
+                    higher_is_better=True,
+                    note=note,
+                )
+                for what, rate in rates_of(root, processes, args).items()
+            ]
     emit(rows)
 
 
