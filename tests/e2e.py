@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -60,6 +62,27 @@ def run_manage(args: list[str], env: dict[str, str], timeout: float = 60) -> sub
     return proc
 
 
+def new_token(env: dict[str, str]) -> str:
+    out = run_manage(["token", "create", "e2e"], env).stdout.strip().splitlines()
+    assert out and out[-1].strip(), "`token create` printed no token"
+    return out[-1].strip()
+
+
+_template: tuple[Path, str] | None = None
+
+
+def migrated_template(env: dict[str, str]) -> tuple[Path, str]:
+    """A SQLite database migrated once per test run, holding one token: each new server starts on a copy of it,
+    which saves two `manage.py` start-ups (about 3 s) per server."""
+    global _template
+    if _template is None:
+        data = Path(tempfile.mkdtemp(prefix="bridge-template-"))
+        template_env = {**env, "BRIDGE_DATA_DIR": str(data)}
+        run_manage(["migrate", "--no-input", "-v0"], template_env)
+        _template = (data / "bridge.sqlite3", new_token(template_env))
+    return _template
+
+
 class BridgeServer:
     """`manage.py runbridge --port 0` with its own data dir, allowed root, HOME and an offline environment."""
 
@@ -99,10 +122,16 @@ class BridgeServer:
 
     # lifecycle -------------------------------------------------------------------------------------------------
     def start(self, timeout: float = 30) -> BridgeServer:
-        run_manage(["migrate", "--no-input", "-v0"], self.env)
-        out = run_manage(["token", "create", "e2e"], self.env).stdout.strip().splitlines()
-        self.token = out[-1].strip() if out else ""
-        assert self.token, "`token create` printed no token"
+        database = self.data_dir / "bridge.sqlite3"
+        if database.exists():  # started before: its own token stays valid; one more for this start
+            run_manage(["migrate", "--no-input", "-v0"], self.env)
+            self.token = new_token(self.env)
+        else:
+            template, self.token = migrated_template(self.env)
+            for suffix in ("", "-wal"):  # a write-ahead log left behind holds committed rows too
+                if Path(f"{template}{suffix}").exists():
+                    shutil.copyfile(f"{template}{suffix}", f"{database}{suffix}")
+                    Path(f"{database}{suffix}").chmod(0o600)
         log = open(self.log_path, "wb")  # noqa: SIM115 - kept open for the server's lifetime
         self.proc = subprocess.Popen(
             [sys.executable, str(REPO / "manage.py"), "runbridge", "--host", "127.0.0.1", "--port", "0"],
