@@ -2,6 +2,7 @@
 
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 import dj_database_url
@@ -65,35 +66,23 @@ def _owner_only(path: Path, mode: int) -> None:
 _owner_only(DATA_DIR, 0o700)
 
 
-def _secret_key() -> str:
-    """Use DJANGO_SECRET_KEY, else a key generated once and kept in the data dir (never shared with children)."""
-    if os.environ.get("DJANGO_SECRET_KEY"):
-        return os.environ["DJANGO_SECRET_KEY"]
-    path = DATA_DIR / "secret_key"
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(50))
-    return path.read_text().strip()
-
-
-SECRET_KEY = _secret_key()
-
-
-def _machine_id() -> str:
-    """This install's name for the machine it runs on, kept in the data dir: unlike the host name, it does not change
-    when the network renames the machine (jobs/actions/tasks.py, session_home)."""
-    path = DATA_DIR / "machine_id"
+def _kept_in_data_dir(name: str, make: Callable[[], str]) -> str:
+    """A value made on first use and kept in the data dir, readable by this user only (never shared with children)."""
+    path = DATA_DIR / name
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         return path.read_text().strip()
     with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(8))
+        f.write(make())
     return path.read_text().strip()
 
 
-BRIDGE_MACHINE_ID = _machine_id()
+# DJANGO_SECRET_KEY, else a key made once.
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or _kept_in_data_dir("secret_key", lambda: secrets.token_urlsafe(50))
+# This install's name for the machine it runs on: unlike the host name, it does not change when the network renames
+# the machine (jobs/actions/tasks.py, session_home).
+BRIDGE_MACHINE_ID = _kept_in_data_dir("machine_id", lambda: secrets.token_hex(8))
 DEBUG = env_bool("BRIDGE_DEBUG", False)
 ALLOWED_HOSTS = env_list("BRIDGE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("BRIDGE_CSRF_TRUSTED_ORIGINS", [])
