@@ -11,6 +11,7 @@ import json
 import re
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,10 @@ def playwright_api():
         from playwright.sync_api import sync_playwright
     except ImportError:
         skip_or_fail("Playwright for Python is not installed (pip install -e '.[test]')")
+    from playwright.sync_api import expect as playwright_expect
+
+    # Playwright's 5 s default is shorter than a real CLI's start on a busy machine; a wait ends at the event anyway.
+    playwright_expect.set_options(timeout=20_000)
     with sync_playwright() as api:
         yield api
 
@@ -512,8 +517,20 @@ def real_context(playwright_api, real_bridge, tmp_path_factory):
     ctx.close()
 
 
-def test_real_claude_code_asks_and_answers_in_the_browser(real_context, real_bridge):
-    real_bridge.fake.push(
+@pytest.fixture
+def script(real_bridge):
+    """This test's replies, on a server a failed earlier test may have left replies on. Printed after the test, so
+    shown only when it fails: when the CLI asked the scripted server what, and the server's log."""
+    script = e2e.Script(real_bridge.fake)
+    started = time.monotonic()
+    yield script
+    log = real_bridge.fake.log
+    asked = [f"{entry['at'] - started:.2f}s {entry['class']}" for entry in log if entry["at"] >= started]
+    print(f"the CLI asked the scripted server: {asked}\n{real_bridge.output()}")
+
+
+def test_real_claude_code_asks_and_answers_in_the_browser(real_context, real_bridge, script):
+    script.push(
         error(529, "overloaded"),
         tool_use("Bash", {"command": "touch from-claude.txt", "description": "make a file"}),
         text("I created from-claude.txt."),
@@ -534,7 +551,7 @@ def test_real_claude_code_asks_and_answers_in_the_browser(real_context, real_bri
         page.close()
 
 
-def test_the_readme_screenshot_of_a_task_waiting_for_a_decision(real_context, real_bridge):
+def test_the_readme_screenshot_of_a_task_waiting_for_a_decision(real_context, real_bridge, script):
     """docs/task-page.png, as the README shows it: the real CLI, a real-looking task, a question waiting for a
     person. Written to tests/artifacts/readme-task-page.png; copy it to docs/ when the page's look changes."""
     cwd = workdir(real_bridge, "greeter")
@@ -543,7 +560,7 @@ def test_the_readme_screenshot_of_a_task_waiting_for_a_decision(real_context, re
     look = "grep -n -A1 '^test:' Makefile"
     line = "- Run the tests with `make test` (it runs .venv/bin/python -m pytest -q)."
     command = f"echo '{line}' >> CONTRIBUTING.md"
-    real_bridge.fake.push(
+    script.push(
         tool_use("Bash", {"command": look, "description": "Find how the tests are run"}),
         tool_use("Bash", {"command": command, "description": "Say in CONTRIBUTING.md how to run the tests"}),
         text("CONTRIBUTING.md now says to run the tests with `make test`, as the Makefile does."),

@@ -177,7 +177,8 @@ class FakeAnthropic:
     def _record(self, method: str, path: str, headers: dict, body: Any) -> tuple[str, Reply | None]:
         kind = self.classify(method, path, body)
         with self._lock:
-            self.log.append({"method": method, "path": path, "headers": headers, "body": body, "class": kind})
+            entry = {"method": method, "path": path, "headers": headers, "body": body, "class": kind}
+            self.log.append({**entry, "at": time.monotonic()})
             if kind in ("main", "aux"):
                 self.requests.append(body)
             reply = None
