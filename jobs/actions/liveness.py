@@ -26,7 +26,7 @@ def settle_if_orphaned(task: Task) -> Task:
     naming that supervisor), and its agent, if still alive on this host, is killed: nobody can manage it now."""
     if task.status != Status.RUNNING:
         return task
-    worker = Worker.objects.filter(pk=task.worker_id).first() if task.worker_id else None
+    worker = task.worker if task.worker_id else None  # read with the task by get_task; else one query here
     if worker_is_alive(worker):
         return task
     return _orphan(task, worker)

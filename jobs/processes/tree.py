@@ -4,6 +4,7 @@ A process is named by its pid *and* create time, because pids are reused; every 
 """
 
 import contextlib
+import functools
 import os
 import signal
 from collections.abc import Callable
@@ -18,10 +19,18 @@ FREEZE_ROUNDS = 20
 
 def process_identity(pid: int) -> float | None:
     """The create time that, with the pid, names one process for good; None if it is gone or not ours to see."""
+    if pid == os.getpid():  # asked on every read of a task this process supervises
+        return _own_create_time(pid)
     try:
         return psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
+
+
+@functools.cache
+def _own_create_time(pid: int) -> float:
+    """Keyed by pid, so a forked child asks again."""
+    return psutil.Process(pid).create_time()
 
 
 def same_process(pid: int | None, create_time: float | None) -> bool:
