@@ -21,12 +21,13 @@ from django.template.loader import render_to_string
 
 from jobs import actions, auth, doorbell
 from jobs.errors import BridgeError, NotFound
-from jobs.models import PermissionRequest, Task, TaskEvent, Worker
+from jobs.models import AgentSession, PermissionRequest, Task, TaskEvent, Worker
 from jobs.vocabulary import TERMINAL_STATUSES, Status
 
 log = logging.getLogger(__name__)
 EVENT_BATCH = 500
 LIST_MIN_INTERVAL_S = 0.25  # the list coalesces bursts of news (token streaming) into a few updates
+PERMISSION_KINDS = ("permission_request", "permission_decision")
 LIST_OVERLAP = 200  # ids can commit out of order on PostgreSQL: look back a little, rows are idempotent
 
 
@@ -70,7 +71,7 @@ def parse_since(scope: dict, meaning: str) -> int:
     return actions.parse_seq(raw, "since", meaning)
 
 
-def task_state(task: Task, worker: dict | None) -> dict:
+def task_state(task: Task, worker: dict | None, session_id: str | None, pending: int) -> dict:
     """The live counters a task page shows next to the transcript, and where it runs (`worker`: its name and host)
     or why it waits."""
     return {
@@ -90,8 +91,8 @@ def task_state(task: Task, worker: dict | None) -> dict:
         "result": task.result,
         "cancel_requested": task.cancel_requested_at is not None,
         "has_session": bool(task.session_id),
-        "session_id": task.session.session_id if task.session else None,
-        "pending_permissions": len(actions.pending_permissions(task)),
+        "session_id": session_id,
+        "pending_permissions": pending,
     }
 
 
@@ -169,14 +170,23 @@ class TaskEventsConsumer(BridgeConsumer):
         self.task = await database_sync_to_async(actions.get_task)(self.scope["url_route"]["kwargs"]["task_id"])
         self.key = str(self.task.public_id)
         self.worker_seen: tuple[int | None, dict | None] = (None, None)
+        self.session_seen: tuple[int | None, str | None] = (None, None)
+        self.pending: int | None = None  # counted again when a batch holds a permission event
 
     @database_sync_to_async
-    def read_after(self) -> tuple[dict, list[dict]]:
-        actions.settle_if_orphaned(self.task)
+    def read_after(self, settle: bool) -> tuple[dict, list[dict]]:
+        """The events after `since` and the task's state: two queries while the task streams. The supervisor, its
+        session and the pending count are read again only when they may have changed; `settle` (nothing rang)
+        checks that the supervisor still lives, since a dead one rings no more."""
+        if settle:
+            actions.settle_if_orphaned(self.task)
         if self.task.status == Status.QUEUED:
             actions.explain_waits()  # a queued task no live supervisor serves says so (throttled per process)
         events = actions.read_transcript(self.task, self.since, EVENT_BATCH)
-        state = task_state(self.task, self.worker_of(self.task.worker_id))
+        if self.pending is None or any(event.kind in PERMISSION_KINDS for event in events):
+            self.pending = PermissionRequest.objects.filter(task=self.task).pending().count()
+        worker, session_id = self.worker_of(self.task.worker_id), self.session_of(self.task.session_id)
+        state = task_state(self.task, worker, session_id, self.pending)
         connection.close_if_unusable_or_obsolete()
         return state, [{"type": "event", **actions.event_data(event)} for event in events]
 
@@ -188,12 +198,20 @@ class TaskEventsConsumer(BridgeConsumer):
             self.worker_seen = (pk, Worker.objects.filter(pk=pk).values("name", "host").first())
         return self.worker_seen[1]
 
+    def session_of(self, pk: int | None) -> str | None:
+        """The agent's session id, looked up once per session row (it never changes)."""
+        if pk is None:
+            return None
+        if self.session_seen[0] != pk:
+            self.session_seen = (pk, AgentSession.objects.filter(pk=pk).values_list("session_id", flat=True).first())
+        return self.session_seen[1]
+
     async def run_pump(self) -> None:
         """Events, then the state whenever it differs from the last one sent (a wait reason changes without an
         event), then `end` with the task's real last seq (not a `since` past it)."""
-        sent = None
+        sent, rang = None, True
         while True:
-            state, events = await self.read_after()
+            state, events = await self.read_after(settle=not rang)
             for event in events:
                 await self.send_json(event)
                 self.since = event["seq"]
@@ -204,8 +222,7 @@ class TaskEventsConsumer(BridgeConsumer):
                 await self.send_json({"type": "end", "status": state["status"], "last_seq": state["last_seq"]})
                 await self.close()
                 return
-            if not events:
-                await self.waiter.wait(timeout=settings.BRIDGE_POLL_S)
+            rang = bool(events) or await self.waiter.wait(timeout=settings.BRIDGE_POLL_S)
 
 
 class TaskListConsumer(BridgeConsumer):

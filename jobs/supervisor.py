@@ -35,6 +35,7 @@ BATCH_LINES = 500
 HEARTBEAT_S = 5.0
 ORPHAN_SCAN_S = 30.0
 EXIT_DRAIN_S = 5.0  # after the child exits, how long to wait for the end of its stdout (a grandchild may hold it)
+HELD_OUTPUT_GRACE_S = 0.2  # after the child exits with its stdout still open, when what holds it open is killed
 IDLE_WAIT_S = 60.0  # the longest a run waits with nothing due: a last net under its doorbell and the sweep
 
 
@@ -128,6 +129,7 @@ class TaskRun(threading.Thread):
         self.finished = False  # the agent reported how it ended (Claude's result line, ACP's stopReason)
         self.eof = False  # the child's stdout is read to its end
         self.exited_at: float | None = None
+        self.leftovers_killed = False  # what the agent left behind outside its group, killed once it exited
         self.abandoned = False  # someone else ended the task (a peer marked it orphaned): stop recording
         self.stopping: Stopping | None = None
         self.deadline = 0.0
@@ -284,7 +286,7 @@ class TaskRun(threading.Thread):
             steps = 1 if self.stopping.step is StopStep.ASKED else 2
             due.append(self.stopping.started + steps * settings.BRIDGE_KILL_GRACE_S)
         if self.exited_at is not None:
-            due.append(self.exited_at + EXIT_DRAIN_S)
+            due.append(self.exited_at + (EXIT_DRAIN_S if self.leftovers_killed else HELD_OUTPUT_GRACE_S))
         if self.rec.outage.down or self.rec.writes or self.check_owed:
             due.append(now + max(0.01, min(settings.BRIDGE_POLL_S, self.rec.outage.wait())))
         return min(due)
@@ -299,12 +301,18 @@ class TaskRun(threading.Thread):
                 self.eof = True
 
     def _child_gone(self, now: float) -> bool:
-        """The child has exited and its stdout is read (or it exited EXIT_DRAIN_S ago and a grandchild holds it)."""
+        """The child has exited and its stdout is read (or it exited EXIT_DRAIN_S ago and a grandchild holds it).
+
+        Whatever the agent left behind dies with it: its group at once, and, when its stdout is still open a moment
+        later, whatever left the group (setsid) and holds it, so the task ends then instead of after the drain."""
         if self.proc.poll() is None:
             return False
         if self.exited_at is None:
             self.exited_at = now
-            processes.kill_tree(self.proc.pid, self.create_time)  # whatever the agent left behind dies with it
+            processes.kill_tree(self.proc.pid, self.create_time)
+        if not self.eof and not self.leftovers_killed and now - self.exited_at >= HELD_OUTPUT_GRACE_S:
+            self.leftovers_killed = True
+            processes.kill_tagged(str(self.task.public_id))
         return self.eof or now - self.exited_at > EXIT_DRAIN_S
 
     def _write(self, line: bytes) -> None:

@@ -384,7 +384,10 @@ def grandchildren(task: Task) -> list[int]:
 
 
 @pytest.mark.parametrize("how", ["cancel", "timeout"])
-def test_a_stopped_agent_takes_every_grandchild_with_it(supervisor, how):
+def test_a_stopped_agent_takes_every_grandchild_with_it(supervisor, how, monkeypatch):
+    """The escapee holds the agent's stdout after the agent exits: it is killed then, so the task ends without
+    waiting out the drain (made longer here than wait_for waits)."""
+    monkeypatch.setattr("jobs.supervisor.EXIT_DRAIN_S", 600.0)
     task = make_task(GRANDCHILDREN, timeout_s=3 if how == "timeout" else None)
     task = wait_for(task, has_event("text", text="ready"))
     pids = grandchildren(task)
