@@ -454,3 +454,40 @@ def claim_by_a_new_worker(task) -> None:
 
 def auth_header(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def test_the_state_follows_questions_the_session_and_a_supervisor_that_died(work_root, token, settings):
+    """The state's counters are read again only when they may have changed: the pending count after a permission
+    event, the session id once linked; and a supervisor that dies without a word (it rings no more) is noticed
+    when the socket's wait times out, as the task turns orphaned."""
+    settings.BRIDGE_POLL_S = 0.1
+    task = make_task("say hi")
+    worker = actions.register_worker(1, name="mortal")
+    assert actions.claim_next_task(worker).pk == task.pk
+
+    def ask():
+        actions.record_permission_request(task, request_id="r1", tool_name="Edit", tool_input={"file_path": "f"})
+
+    def answer_and_link():
+        actions.decide_permission(task, behavior="allow")
+        actions.link_session(task, "the-agent-session")
+
+    def die_silently():
+        type(worker).objects.filter(pk=worker.pk).update(pid=worker.pid + 10_000_000)
+
+    async def body():
+        ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token))
+        assert (await ws.connect())[0]
+        state = await next_state(ws, lambda s: s["status"] == "running")
+        assert state["pending_permissions"] == 0 and state["session_id"] is None
+        await database_sync_to_async(ask)()
+        assert (await next_state(ws, lambda s: s["pending_permissions"] == 1))["status"] == "running"
+        await database_sync_to_async(answer_and_link)()
+        state = await next_state(ws, lambda s: s["session_id"] is not None)
+        assert state["session_id"] == "the-agent-session" and state["pending_permissions"] == 0
+        await database_sync_to_async(die_silently)()
+        state = await next_state(ws, lambda s: s["status"] == "orphaned")
+        assert "mortal" in state["error"]
+        await ws.disconnect()
+
+    run(body)
