@@ -158,7 +158,7 @@ class TaskRun(threading.Thread):
             retry(lambda: actions.finish_task(self.task, status=Status.FAILED, error=error), self.rec.outage)
         finally:
             if self.proc is not None:  # after the end is recorded: what left the agent's group, wherever it went
-                processes.kill_tagged(str(self.task.public_id))
+                processes.kill_tagged(str(self.task.public_id), self.create_time)
             unsubscribe()
             drop_connection()
             self.done.set()
@@ -312,7 +312,7 @@ class TaskRun(threading.Thread):
             processes.kill_tree(self.proc.pid, self.create_time)
         if not self.eof and not self.leftovers_killed and now - self.exited_at >= HELD_OUTPUT_GRACE_S:
             self.leftovers_killed = True
-            processes.kill_tagged(str(self.task.public_id))
+            processes.kill_tagged(str(self.task.public_id), self.create_time)
         return self.eof or now - self.exited_at > EXIT_DRAIN_S
 
     def _write(self, line: bytes) -> None:
@@ -626,7 +626,7 @@ class Supervisor:
                 continue
             if task.pid is not None:
                 processes.kill_tree(task.pid, task.process_create_time)
-            processes.kill_tagged(str(task.public_id))
+            processes.kill_tagged(str(task.public_id), task.process_create_time)
             error = "Bridge's run of this task ended without recording its end; its agent was stopped"
             actions.finish_task(task, status=Status.FAILED, error=error + ". Nothing was re-run.")
             log.error("task %s: %s", task.public_id, error)
@@ -644,7 +644,8 @@ class Supervisor:
                 processes.kill_tree(task.pid, task.process_create_time)
                 reason += "; the agent process was still alive and has been killed"
             if task.worker and task.worker.host == self.worker.host:
-                processes.kill_tagged(str(task.public_id))  # what the agent started, wherever it was re-parented
+                # what the agent started, wherever it was re-parented
+                processes.kill_tagged(str(task.public_id), task.process_create_time)
             actions.mark_orphaned(task, reason + ". Nothing was re-run.")
             log.warning("task %s orphaned: %s", task.public_id, reason)
 

@@ -214,6 +214,25 @@ def test_kill_tree_after_the_agent_exited_still_reaches_its_group(start_tree):
     assert_all_dead([tree.leaf])
 
 
+def test_kill_tagged_reaches_what_left_the_tree_and_spares_processes_older_than_the_agent(
+    backend, tree_script, leftovers
+):
+    """After the agent is gone its setsid grandchild is found by its inherited tag alone; a process older than the
+    agent cannot carry the tag, so it is not even looked at (here: the same tree, told the agent is younger)."""
+    proc = backend.spawn(
+        [sys.executable, str(tree_script), "root"], cwd=tree_script.parent, env=None, stdin_pipe=False, tag="t-42"
+    )
+    tree = read_tree(proc, Lines(proc.stdout))
+    leftovers.extend(tree.members)
+    create_time = tree.create_time
+    tree.root.kill()
+    proc.wait()
+    backend.kill_tagged("t-42", born_after=create_time + 60)
+    assert tree.setsid_leaf.is_running() and tree.setsid_leaf.status() != psutil.STATUS_ZOMBIE
+    backend.kill_tagged("t-42", born_after=create_time)
+    assert_all_dead([tree.leaf, tree.setsid_leaf])
+
+
 def test_a_reused_pid_is_not_walked(backend, start_tree):
     tree = start_tree(backend)
     assert [p.pid for p in snapshot(tree.root.pid, tree.create_time)][-1] == tree.root.pid

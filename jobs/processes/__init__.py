@@ -108,9 +108,10 @@ def kill_tree(pid: int, create_time: float | None) -> None:
     get_backend().kill_tree(pid, create_time)
 
 
-def kill_tagged(tag: str) -> None:
-    """Kill whatever still carries a spawn tag: an agent's descendants after the agent itself is gone."""
-    get_backend().kill_tagged(tag)
+def kill_tagged(tag: str, born_after: float | None = None) -> None:
+    """Kill whatever still carries a spawn tag: an agent's descendants after the agent itself is gone. `born_after`
+    (the agent's create time, when known) spares reading every older process's environment."""
+    get_backend().kill_tagged(tag, born_after)
 
 
 def stop_signals() -> list[signal.Signals]:

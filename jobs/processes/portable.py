@@ -79,8 +79,8 @@ class PortableBackend:
         """Kill the agent and everything below it, including descendants that left its group with setsid."""
         kill(freeze(pid, create_time))
 
-    def kill_tagged(self, tag: str) -> None:
+    def kill_tagged(self, tag: str, born_after: float | None = None) -> None:
         """Kill every process that carries this spawn tag, with its own tree: what an agent left behind after it
         (or its supervisor) died, wherever it was re-parented."""
-        for proc in tagged({tag}):
+        for proc in tagged({tag}, born_after):
             kill(freeze(proc.pid, process_identity(proc.pid)))

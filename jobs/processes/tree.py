@@ -5,6 +5,7 @@ A process is named by its pid *and* create time, because pids are reused; every 
 
 import contextlib
 import functools
+import math
 import os
 import signal
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from collections.abc import Callable
 import psutil
 
 IDENTITY_TOLERANCE_S = 0.01
+BORN_AFTER_SLACK_S = 1.0  # create times are counted in clock ticks: a child may show its parent's, or a tick before
 # Set in every agent's environment and inherited by all it starts: finds descendants that no tree walk reaches.
 TAG_VAR = "BRIDGE_PROCESS_TAG"
 FREEZE_ROUNDS = 20
@@ -86,13 +88,17 @@ def freeze(pid: int, create_time: float | None) -> list[psutil.Process]:
     return list(reversed(frozen.values()))
 
 
-def tagged(tags: set[str]) -> list[psutil.Process]:
+def tagged(tags: set[str], born_after: float | None = None) -> list[psutil.Process]:
     """Every process of ours whose environment carries one of these tags: an agent's descendants even after the
-    agent died and they were re-parented (unless they cleared their environment)."""
+    agent died and they were re-parented (unless they cleared their environment).
+
+    `born_after` is the agent's create time, when known: an older process cannot carry its tag, so its environment
+    is not read (psutil keeps each process's create time, so the walk then costs next to nothing)."""
+    oldest = -math.inf if born_after is None else born_after - BORN_AFTER_SLACK_S
     found = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
-            if proc.environ().get(TAG_VAR) in tags:
+            if proc.create_time() >= oldest and proc.environ().get(TAG_VAR) in tags:
                 found.append(proc)
     return found
 
