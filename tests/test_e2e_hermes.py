@@ -290,7 +290,7 @@ def test_resume_of_an_unknown_session_fails_clearly(bridge, script, cwd):
 
 
 def test_api_error_fails_with_its_words(bridge, script, cwd):
-    script.push(*[error(500, "Boom from the fake")] * 3)
+    script.push(error(500, "Boom from the fake"))
     task_id, events = run(bridge, "Say hello", cwd)
     status = final_status(events)
     assert status["status"] == "failed", status
@@ -322,7 +322,7 @@ def test_oneshot_plain_answer_and_resume(oneshot_bridge, script, oneshot_cwd):
 
 
 def test_oneshot_api_error_fails_with_its_words(oneshot_bridge, script, oneshot_cwd):
-    script.push(*[error(500, "Boom one-shot")] * 3)
+    script.push(error(500, "Boom one-shot"))
     task_id, events = run(oneshot_bridge, "Say hello", oneshot_cwd)
     status = final_status(events)
     assert status["status"] == "failed" and status["exit_code"] == 1, status

@@ -30,6 +30,7 @@ security:
   allow_lazy_installs: false
 agent:
   environment_probe: false
+  api_max_retries: 1  # an API error fails the run at once instead of after Hermes's retry backoff (~10 s)
 """
 
 
