@@ -25,7 +25,7 @@ from django.utils import timezone
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from jobs import actions, hermes_skills
+from jobs import actions, hermes_skills, processes
 from jobs.mcp import full_log, reads
 from jobs.models import Task, TaskEvent, Worker
 from jobs.vocabulary import Status
@@ -645,7 +645,7 @@ def test_reads_settle_orphans_and_kill_an_agent_that_outlived_its_supervisor(tra
     agent = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         dead = a_worker("here:dead")
-        task = running_task(dead, agent.pid, psutil.Process(agent.pid).create_time())
+        task = running_task(dead, agent.pid, processes.process_identity(agent.pid))
         assert dead in list(Worker.objects.live(actions.WORKER_STALE_AFTER)) and dead not in actions.live_supervisors()
         read = actions.get_task(str(task.public_id))
         assert read.status == Status.ORPHANED
@@ -656,7 +656,7 @@ def test_reads_settle_orphans_and_kill_an_agent_that_outlived_its_supervisor(tra
         agent.kill()
         agent.wait()
 
-    alive = a_worker("here:alive", create_time=psutil.Process().create_time(), heartbeat_age_s=3600)
+    alive = a_worker("here:alive", create_time=processes.process_identity(os.getpid()), heartbeat_age_s=3600)
     far_fresh = a_worker("far:fresh", host="elsewhere.example")
     far_stale = a_worker("far:stale", host="elsewhere.example", heartbeat_age_s=60)
     tasks = [running_task(w) for w in (alive, far_fresh, far_stale, a_worker("here:dead2"))]

@@ -5,6 +5,7 @@ Every wait is on something the processes say or on their exit, never a sleep.
 """
 
 import ctypes
+import functools
 import itertools
 import os
 import select
@@ -21,7 +22,7 @@ import psutil
 import pytest
 
 from jobs import processes
-from jobs.processes import PortableBackend, PosixBackend, Watchdog, WindowsBackend, process_identity, same_process
+from jobs.processes import PortableBackend, PosixBackend, Watchdog, WindowsBackend, process_identity, same_process, tree
 from jobs.processes.exits import ExitWatcher
 from jobs.processes.tree import freeze, snapshot
 from jobs.processes.windows import (
@@ -120,7 +121,7 @@ class Tree:
 
     @property
     def create_time(self) -> float:
-        return self.root.create_time()
+        return process_identity(self.root.pid)
 
 
 def read_tree(proc: subprocess.Popen, lines: Lines) -> Tree:
@@ -261,6 +262,42 @@ def test_same_process_compares_pid_and_create_time():
     assert not same_process(me, None)
 
 
+LINUX_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux counts starts from boot")
+
+
+@LINUX_ONLY
+@pytest.mark.parametrize("step_s", [-3600.0, -1.0, 0.4, 1.0, 86400.0])
+def test_a_clock_step_leaves_every_identity_as_it_was(monkeypatch, step_s):
+    """A stepped clock (NTP, a resumed virtual machine) moves the boot time psutil derives from it, so a create
+    time read after the step would tell a live supervisor from its own record; the identity must not move."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        recorded = {pid: process_identity(pid) for pid in (os.getpid(), child.pid)}
+        stepped = psutil.boot_time() + step_s
+        monkeypatch.setattr(psutil._psplatform, "boot_time", lambda: stepped)  # what /proc/stat says after the step
+        monkeypatch.setattr("jobs.processes.tree._own_identity", functools.cache(tree._identity))
+        for pid, identity in recorded.items():
+            assert same_process(pid, identity), f"pid {pid} looks like another process after a {step_s} s step"
+    finally:
+        child.stdin.close()
+        child.wait()
+
+
+@LINUX_ONLY
+def test_after_a_reboot_the_same_pid_and_start_tick_name_another_process(monkeypatch):
+    """A process started at boot gets the same pid at the same tick after the next boot (a service manager starts
+    things in the same order): the boot id tells the two apart."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        before_reboot = process_identity(child.pid)
+        next_boot = tree._boot_number() + 12345
+        monkeypatch.setattr("jobs.processes.tree._boot_number", lambda: next_boot)
+        assert not same_process(child.pid, before_reboot)
+    finally:
+        child.stdin.close()
+        child.wait()
+
+
 def test_same_process_is_false_once_the_process_is_gone():
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     create_time = process_identity(proc.pid)
@@ -301,13 +338,13 @@ def test_watchdog_kills_what_it_watches_when_our_end_closes_even_after_a_restart
     watchdog = Watchdog()
     sleepers = [psutil.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)]
     leftovers.extend(sleepers)
-    watchdog.watch(sleepers[0].pid, sleepers[0].create_time(), group=False)
+    watchdog.watch(sleepers[0].pid, process_identity(sleepers[0].pid), group=False)
     first = psutil.Process(watchdog.pid)
     first.kill()
     first.wait(WAIT_S)
     sleepers.append(psutil.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE))
     leftovers.append(sleepers[1])
-    watchdog.watch(sleepers[1].pid, sleepers[1].create_time(), group=False)
+    watchdog.watch(sleepers[1].pid, process_identity(sleepers[1].pid), group=False)
     assert watchdog.pid not in (None, first.pid)
     watchdog.close()
     assert_all_dead(sleepers)

@@ -4,9 +4,10 @@ Nothing outside this package touches os.killpg, signal.SIGKILL, prctl or Win32. 
 BRIDGE_PROCESS_BACKEND setting: "auto" (Windows on Windows, POSIX elsewhere), "posix", "portable" (psutil only,
 the logic Windows shares; selectable on Linux to exercise it) or "windows".
 
-Agents are named by pid and create time (`process_identity`), because pids are reused: terminate_tree and kill_tree
-walk a tree only if its root is still that process. Escalation is the caller's: interrupt, then terminate_tree,
-then kill_tree; and kill_tree once more after the agent exits, for whatever it left behind.
+Agents are named by pid and start (`process_identity`, which a stepped clock does not move), because pids are
+reused: terminate_tree and kill_tree walk a tree only if its root is still that process. Escalation is the
+caller's: interrupt, then terminate_tree, then kill_tree; and kill_tree once more after the agent exits, for
+whatever it left behind.
 """
 
 import contextlib
@@ -110,7 +111,7 @@ def kill_tree(pid: int, create_time: float | None) -> None:
 
 def kill_tagged(tag: str, born_after: float | None = None) -> None:
     """Kill whatever still carries a spawn tag: an agent's descendants after the agent itself is gone. `born_after`
-    (the agent's create time, when known) spares reading every older process's environment."""
+    (the agent's identity, when known) spares reading every older process's environment."""
     get_backend().kill_tagged(tag, born_after)
 
 

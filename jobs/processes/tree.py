@@ -1,28 +1,51 @@
 """Finding and signalling process trees: psutil for what every platform shares, plus the POSIX process group.
 
-A process is named by its pid *and* create time, because pids are reused; every walk starts by checking both.
+A process is named by its pid *and* its start (`process_identity`), because pids are reused; every walk starts by
+checking both.
 """
 
 import contextlib
 import functools
-import math
 import os
 import signal
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 
 IDENTITY_TOLERANCE_S = 0.01
-BORN_AFTER_SLACK_S = 1.0  # create times are counted in clock ticks: a child may show its parent's, or a tick before
+# Born-after filters compare psutil's create times, which a clock step since they were read may have moved: generous.
+BORN_AFTER_SLACK_S = 60.0
 # Set in every agent's environment and inherited by all it starts: finds descendants that no tree walk reaches.
 TAG_VAR = "BRIDGE_PROCESS_TAG"
 FREEZE_ROUNDS = 20
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
 def process_identity(pid: int) -> float | None:
-    """The create time that, with the pid, names one process for good; None if it is gone or not ours to see."""
+    """What, with the pid, names one process for good (its start, in seconds); None if it is gone or not ours to see.
+
+    Stored in the database and compared across Bridge's processes, so it must not move. macOS and Windows record a
+    process's start as a fixed time. Linux counts it in clock ticks since boot, and psutil adds the boot time the
+    clock gives *now*, which moves when the clock is stepped (NTP, a virtual machine resumed): a live supervisor
+    would then look like a new process and its tasks be orphaned. There the ticks are added to a number fixed for
+    the boot instead (`_boot_number`), which also tells a process from one with the same pid and ticks after a
+    reboot."""
     if pid == os.getpid():  # asked on every read of a task this process supervises
-        return _own_create_time(pid)
+        return _own_identity(pid)
+    return _identity(pid)
+
+
+def _identity(pid: int) -> float | None:
+    if sys.platform.startswith("linux"):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+        except OSError:
+            return None
+        # after the command name, which may hold spaces and parentheses: field 3 (state) onwards; 22 is the start
+        start_ticks = int(stat[stat.rindex(b")") + 2 :].split()[19])
+        return _boot_number() + start_ticks / os.sysconf("SC_CLK_TCK")
     try:
         return psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -30,9 +53,19 @@ def process_identity(pid: int) -> float | None:
 
 
 @functools.cache
-def _own_create_time(pid: int) -> float:
+def _own_identity(pid: int) -> float | None:
     """Keyed by pid, so a forked child asks again."""
-    return psutil.Process(pid).create_time()
+    return _identity(pid)
+
+
+@functools.cache
+def _boot_number() -> float:
+    """A number of seconds fixed for this boot of this Linux machine and different for the next: taken from the
+    kernel's boot id (a random UUID per boot), not from the clock."""
+    try:
+        return float(int(BOOT_ID.read_text().strip().replace("-", "")[:8], 16))
+    except (OSError, ValueError):  # no boot id to read (an unusual kernel): the clock's boot time, as psutil has it
+        return psutil.boot_time()
 
 
 def same_process(pid: int | None, create_time: float | None) -> bool:
@@ -92,15 +125,23 @@ def tagged(tags: set[str], born_after: float | None = None) -> list[psutil.Proce
     """Every process of ours whose environment carries one of these tags: an agent's descendants even after the
     agent died and they were re-parented (unless they cleared their environment).
 
-    `born_after` is the agent's create time, when known: an older process cannot carry its tag, so its environment
-    is not read (psutil keeps each process's create time, so the walk then costs next to nothing)."""
-    oldest = -math.inf if born_after is None else born_after - BORN_AFTER_SLACK_S
+    `born_after` is the agent's identity, when known: an older process cannot carry its tag, so its environment is
+    not read (psutil keeps each process's create time, so the walk then costs next to nothing)."""
     found = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
-            if proc.create_time() >= oldest and proc.environ().get(TAG_VAR) in tags:
+            if (born_after is None or _born_after(proc, born_after)) and proc.environ().get(TAG_VAR) in tags:
                 found.append(proc)
     return found
+
+
+def _born_after(proc: psutil.Process, identity: float) -> bool:
+    """Whether `proc` may have started after the process whose identity is given, up to BORN_AFTER_SLACK_S early.
+    psutil keeps each process's create time, so this reads nothing for a process seen before; on Linux the identity
+    counts from the boot number, so both are turned into seconds since boot first."""
+    if sys.platform.startswith("linux"):
+        return proc.create_time() - psutil.boot_time() >= identity - _boot_number() - BORN_AFTER_SLACK_S
+    return proc.create_time() >= identity - BORN_AFTER_SLACK_S
 
 
 def terminate(procs: list[psutil.Process]) -> None:
