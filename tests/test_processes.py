@@ -24,7 +24,7 @@ import pytest
 from jobs import processes
 from jobs.processes import PortableBackend, PosixBackend, Watchdog, WindowsBackend, process_identity, same_process, tree
 from jobs.processes.exits import ExitWatcher
-from jobs.processes.tree import freeze, snapshot
+from jobs.processes.tree import BORN_AFTER_SLACK_S, freeze, snapshot
 from jobs.processes.windows import (
     CREATE_NEW_PROCESS_GROUP,
     CTRL_BREAK_EVENT,
@@ -219,7 +219,8 @@ def test_kill_tagged_reaches_what_left_the_tree_and_spares_processes_older_than_
     backend, tree_script, leftovers
 ):
     """After the agent is gone its setsid grandchild is found by its inherited tag alone; a process older than the
-    agent cannot carry the tag, so it is not even looked at (here: the same tree, told the agent is younger)."""
+    agent (by more than the slack for clock ticks and steps) cannot carry the tag, so it is not even looked at
+    (here: the same tree, told the agent is younger)."""
     proc = backend.spawn(
         [sys.executable, str(tree_script), "root"], cwd=tree_script.parent, env=None, stdin_pipe=False, tag="t-42"
     )
@@ -228,7 +229,7 @@ def test_kill_tagged_reaches_what_left_the_tree_and_spares_processes_older_than_
     create_time = tree.create_time
     tree.root.kill()
     proc.wait()
-    backend.kill_tagged("t-42", born_after=create_time + 60)
+    backend.kill_tagged("t-42", born_after=create_time + BORN_AFTER_SLACK_S + 60)
     assert tree.setsid_leaf.is_running() and tree.setsid_leaf.status() != psutil.STATUS_ZOMBIE
     backend.kill_tagged("t-42", born_after=create_time)
     assert_all_dead([tree.leaf, tree.setsid_leaf])
