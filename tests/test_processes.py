@@ -26,8 +26,10 @@ from jobs.processes import PortableBackend, PosixBackend, Watchdog, WindowsBacke
 from jobs.processes.exits import ExitWatcher
 from jobs.processes.tree import BORN_AFTER_SLACK_S, freeze, snapshot
 from jobs.processes.windows import (
+    CREATE_BREAKAWAY_FROM_JOB,
     CREATE_NEW_PROCESS_GROUP,
     CTRL_BREAK_EVENT,
+    DETACHED_PROCESS,
     JOB_OBJECT_EXTENDED_LIMIT_INFORMATION,
     JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
     ExtendedLimitInformation,
@@ -423,10 +425,12 @@ class RecordingPopen:
 
     def __init__(self) -> None:
         self.kwargs: list[dict] = []
+        self.refuse_flag = 0  # a creation flag Windows would refuse with "Access is denied"
 
     def __call__(self, argv: list[str], **kwargs) -> subprocess.Popen:
         self.kwargs.append(dict(kwargs))
-        kwargs.pop("creationflags")
+        if kwargs.pop("creationflags") & self.refuse_flag:
+            raise PermissionError(13, "Access is denied")
         return subprocess.Popen(argv, **kwargs)
 
 
@@ -456,6 +460,37 @@ def test_windows_spawn_starts_a_process_group_in_a_kill_on_close_job(windows, le
     assert pid == proc.pid
     assert log[3] == ("AssignProcessToJobObject", job, process)
     assert log[4] == ("CloseHandle", process), "the process handle is closed; the job handle is kept"
+
+
+@pytest.mark.parametrize("job_allows_breakaway", [True, False])
+def test_windows_detached_service_leaves_the_starters_console_group_and_job(
+    windows, leftovers, tmp_path, job_allows_breakaway
+):
+    """The stdio MCP server's supervisor must outlive the server, which Claude Desktop may hold in a kill-on-close
+    job: it breaks away when the job allows it, and still starts (inside the job) when it does not."""
+    backend, log, popen = windows
+    if not job_allows_breakaway:
+        popen.refuse_flag = CREATE_BREAKAWAY_FROM_JOB
+    with open(tmp_path / "service.log", "wb") as output:
+        proc = backend.spawn_detached([sys.executable, "-c", "print('up')"], cwd=None, env=None, output=output)
+    leftovers.append(psutil.Process(proc.pid))
+    assert proc.wait(timeout=WAIT_S) == 0 and (tmp_path / "service.log").read_text() == "up\n"
+    flags = popen.kwargs[-1]["creationflags"]
+    assert flags & CREATE_NEW_PROCESS_GROUP and flags & DETACHED_PROCESS
+    assert bool(flags & CREATE_BREAKAWAY_FROM_JOB) == job_allows_breakaway
+    assert len(popen.kwargs) == (1 if job_allows_breakaway else 2), "one start, or one refused and one without"
+    assert log == [], "a service gets no Job Object of Bridge's: nothing kills it with the starter"
+
+
+def test_a_detached_service_leaves_the_starters_session(tmp_path, leftovers):
+    """POSIX: a new session, so the starter's terminal or group signals (Claude Desktop ending the server's group)
+    do not reach it; it writes where it was told."""
+    with open(tmp_path / "service.log", "wb") as output:
+        proc = processes.spawn_detached(
+            [sys.executable, "-c", "import os; print(os.getsid(0))"], cwd=tmp_path, env=None, output=output
+        )
+    assert proc.wait(timeout=WAIT_S) == 0
+    assert int((tmp_path / "service.log").read_text()) == proc.pid != os.getsid(0)
 
 
 def test_windows_spawn_without_a_job_still_runs_and_closes_the_job(windows, leftovers):

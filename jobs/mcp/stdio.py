@@ -8,7 +8,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from jobs import actions, executors
+from jobs import actions, executors, processes
 from jobs.mcp import replies
 from jobs.mcp.server import get_server
 
@@ -42,14 +42,11 @@ class SupervisorStarter:
     @staticmethod
     def _spawn(log_path: Path) -> subprocess.Popen:
         with open(log_path, "ab") as log_file:
-            return subprocess.Popen(
+            return processes.spawn_detached(
                 [sys.executable, str(settings.BASE_DIR / "manage.py"), "supervise"],
                 cwd=settings.BASE_DIR,
                 env=os.environ.copy(),
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=log_file,
-                start_new_session=True,  # not in Claude Desktop's process group: it outlives this server
+                output=log_file,
             )
 
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from typing import IO
 
 from jobs.processes.exits import ExitWatcher
 from jobs.processes.portable import Cwd, Env, PortableBackend
@@ -43,6 +44,7 @@ __all__ = [
     "process_identity",
     "same_process",
     "spawn",
+    "spawn_detached",
     "terminate_tree",
 ]
 
@@ -107,6 +109,12 @@ def terminate_tree(pid: int, create_time: float | None) -> None:
 def kill_tree(pid: int, create_time: float | None) -> None:
     """Kill the agent and all its descendants, those that called setsid included."""
     get_backend().kill_tree(pid, create_time)
+
+
+def spawn_detached(argv: Sequence[str], *, cwd: Cwd, env: Env, output: IO[bytes]) -> subprocess.Popen:
+    """Start a service that outlives the process starting it (the stdio MCP server's supervisor: Claude Desktop
+    ends that server whenever it likes); stdout and stderr go to `output`."""
+    return get_backend().spawn_detached(argv, cwd=cwd, env=env, output=output)
 
 
 def kill_tagged(tag: str, born_after: float | None = None) -> None:

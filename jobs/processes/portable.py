@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from typing import IO
 
 import psutil
 
@@ -46,6 +47,13 @@ class PortableBackend:
         )
         self.adopt(proc, tag)
         return proc
+
+    def spawn_detached(self, argv: Sequence[str], *, cwd: Cwd, env: Env, output: IO[bytes]) -> subprocess.Popen:
+        """Start a service that must outlive its starter (and the app that started that), writing to `output`: out
+        of the starter's session, so a signal to the starter's group or terminal does not reach it."""
+        return self.popen(
+            list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True
+        )
 
     def command(self, argv: list[str], cwd: Cwd, env: Env) -> list[str]:
         """The argv actually started; a backend may put a launcher in front."""

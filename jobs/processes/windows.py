@@ -10,13 +10,16 @@ import ctypes
 import logging
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import IO
 
-from jobs.processes.portable import PortableBackend
+from jobs.processes.portable import Cwd, Env, PortableBackend
 
 log = logging.getLogger(__name__)
 
 CREATE_NEW_PROCESS_GROUP = 0x00000200
+DETACHED_PROCESS = 0x00000008
+CREATE_BREAKAWAY_FROM_JOB = 0x01000000
 CTRL_BREAK_EVENT = 1
 JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE = 0x00002000
 JOB_OBJECT_EXTENDED_LIMIT_INFORMATION = 9  # the JOBOBJECTINFOCLASS value
@@ -121,6 +124,18 @@ class WindowsBackend(PortableBackend):
 
     def options(self) -> dict[str, object]:
         return {"creationflags": CREATE_NEW_PROCESS_GROUP}
+
+    def spawn_detached(self, argv: Sequence[str], *, cwd: Cwd, env: Env, output: IO[bytes]) -> subprocess.Popen:
+        """Out of the starter's console and group, and out of its Job Object: an app that puts its children in a
+        kill-on-close job (as Electron apps may) would otherwise end the service with the starter. A job that
+        forbids breaking away refuses the start; then the service starts inside it, and says so in the log."""
+        options = {"cwd": cwd, "env": env, "stdin": subprocess.DEVNULL, "stdout": output, "stderr": output}
+        flags = CREATE_NEW_PROCESS_GROUP | DETACHED_PROCESS
+        try:
+            return self.popen(list(argv), creationflags=flags | CREATE_BREAKAWAY_FROM_JOB, **options)
+        except PermissionError as exc:
+            log.warning("%s: the starter's job does not let it break away (%s); it may end with the starter", argv, exc)
+            return self.popen(list(argv), creationflags=flags, **options)
 
     def adopt(self, proc: subprocess.Popen, tag: str | None) -> None:
         """Put the agent in a kill-on-close job, which holds what it starts too (so the tag is not needed here).
