@@ -108,6 +108,20 @@ class Cluster:
         with psycopg.connect(self.db_url) as conn:
             return conn.execute(query, params).fetchall()
 
+    def explain(self) -> str:
+        """For a failure: where the tasks stand, why queued ones wait, and what each process printed last."""
+        by_worker = self.sql(
+            "SELECT coalesce(w.name, '-'), t.status, count(*) FROM jobs_task t LEFT JOIN jobs_worker w"
+            " ON w.id = t.worker_id GROUP BY 1, 2 ORDER BY 1, 2"
+        )
+        waits = self.sql("SELECT DISTINCT wait_reason FROM jobs_task WHERE status = 'queued'")
+        lines = [f"tasks by supervisor and status: {by_worker}", f"why queued tasks wait: {waits}"]
+        for name, proc in self.supervisors.items():
+            alive = "alive" if proc.proc.poll() is None else f"exited {proc.proc.returncode}"
+            lines += [f"--- {name} ({alive}), its last lines:", *[line.rstrip() for line in proc.lines[-25:]]]
+        web = self.web.log()[-3000:] if self.web is not None else ""
+        return "\n".join([*lines, "--- web, its log's end:", web])
+
     def stop(self) -> None:
         for proc in self.supervisors.values():
             proc.stop()
@@ -153,11 +167,13 @@ class Rest:
         return workers[name]["running"] if name in workers else 0
 
 
-def until(check, what: str, timeout: float = WAIT_S):
-    """Look again every 0.1 s until `check()` is truthy (each look is a REST read); fail after `timeout` seconds."""
+def until(check, what: str, explain, timeout: float = WAIT_S):
+    """Look again every 0.1 s until `check()` is truthy (each look is a REST read); fail after `timeout` seconds,
+    with what `explain()` tells."""
     deadline = time.monotonic() + timeout
     while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out waiting for {what}\n{explain()}", pytrace=False)
         time.sleep(0.1)
     return value
 
@@ -190,7 +206,11 @@ def test_three_supervisors_run_300_tasks_once_through_a_kill_and_dropped_connect
     created = time.monotonic()
 
     # Mid-run: kill sup-a while it runs tasks, then drop every connection Bridge has to the database.
-    until(lambda: rest.count("done") >= TASKS // 4 and rest.running_on("sup-a") > 0, "sup-a to be busy mid-run")
+    until(
+        lambda: rest.count("done") >= TASKS // 4 and rest.running_on("sup-a") > 0,
+        "sup-a to be busy mid-run",
+        cluster.explain,
+    )
     cluster.supervisors["sup-a"].kill()
     killed_with = {
         str(public_id)
@@ -204,10 +224,14 @@ def test_three_supervisors_run_300_tasks_once_through_a_kill_and_dropped_connect
     # Its queued tasks in root a wait (saying why) until a replacement serves root a; then drop everything again.
     cluster.start_supervisor("sup-a2", SUPERVISORS["sup-a"])
     done = rest.count("done")
-    until(lambda: rest.count("done") >= min(done + 30, TASKS - len(killed_with)), "progress after the restart")
+    until(
+        lambda: rest.count("done") >= min(done + 30, TASKS - len(killed_with)),
+        "progress after the restart",
+        cluster.explain,
+    )
     assert terminate_backends(cluster.admin, cluster.db_name) > 0
 
-    until(lambda: rest.count("queued") + rest.count("running") == 0, "every task to end")
+    until(lambda: rest.count("queued") + rest.count("running") == 0, "every task to end", cluster.explain)
     ended = time.monotonic()
     account(cluster, numbers, killed_with)
     for name in ("sup-b", "sup-c", "sup-a2"):
