@@ -6,6 +6,7 @@ checking both.
 
 import contextlib
 import functools
+import math
 import os
 import signal
 import sys
@@ -127,21 +128,20 @@ def tagged(tags: set[str], born_after: float | None = None) -> list[psutil.Proce
 
     `born_after` is the agent's identity, when known: an older process cannot carry its tag, so its environment is
     not read (psutil keeps each process's create time, so the walk then costs next to nothing)."""
+    oldest = -math.inf if born_after is None else _as_create_time(born_after) - BORN_AFTER_SLACK_S
     found = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
-            if (born_after is None or _born_after(proc, born_after)) and proc.environ().get(TAG_VAR) in tags:
+            if proc.create_time() >= oldest and proc.environ().get(TAG_VAR) in tags:
                 found.append(proc)
     return found
 
 
-def _born_after(proc: psutil.Process, identity: float) -> bool:
-    """Whether `proc` may have started after the process whose identity is given, up to BORN_AFTER_SLACK_S early.
-    psutil keeps each process's create time, so this reads nothing for a process seen before; on Linux the identity
-    counts from the boot number, so both are turned into seconds since boot first."""
+def _as_create_time(identity: float) -> float:
+    """An identity as psutil's create time shows it now (on Linux the identity counts from the boot number)."""
     if sys.platform.startswith("linux"):
-        return proc.create_time() - psutil.boot_time() >= identity - _boot_number() - BORN_AFTER_SLACK_S
-    return proc.create_time() >= identity - BORN_AFTER_SLACK_S
+        return identity - _boot_number() + psutil.boot_time()
+    return identity
 
 
 def terminate(procs: list[psutil.Process]) -> None:
