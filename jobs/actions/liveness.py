@@ -11,6 +11,7 @@ import logging
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from jobs import processes
 from jobs.actions.runs import explain_waits, mark_orphaned
@@ -19,6 +20,7 @@ from jobs.models import PermissionRequest, Task, Worker
 from jobs.vocabulary import Status
 
 log = logging.getLogger(__name__)
+LOCAL_ROWS_WITHIN = timedelta(days=1)
 
 
 def settle_if_orphaned(task: Task) -> Task:
@@ -53,9 +55,11 @@ def settle_running_tasks() -> int:
 
 
 def live_supervisors() -> list[Worker]:
-    """Supervisors alive now: not stopped, a fresh heartbeat, and on this host still the process that registered
-    (a supervisor killed a second ago keeps a fresh heartbeat for up to WORKER_STALE_AFTER)."""
-    return [worker for worker in Worker.objects.live(WORKER_STALE_AFTER) if worker_is_alive(worker)]
+    """Supervisors alive now, as `worker_is_alive` decides: on this host still the process that registered, whatever
+    the clocks say (a supervisor killed a second ago keeps a fresh heartbeat; a live one's can look stale after a
+    clock step), elsewhere a fresh heartbeat. Rows of this host that have not beaten for a day are not asked."""
+    candidates = Worker.objects.may_be_alive(WORKER_STALE_AFTER, socket.gethostname(), LOCAL_ROWS_WITHIN)
+    return [worker for worker in candidates if worker_is_alive(worker)]
 
 
 @dataclass
