@@ -99,10 +99,8 @@ class WorkerQuerySet(models.QuerySet):
     def may_be_alive(self, stale_after: timedelta, host: str, host_within: timedelta) -> "WorkerQuerySet":
         """`live`, plus the supervisors on `host` that beat within `host_within`: there the process itself is asked,
         because a clock stepped since the last heartbeat (NTP, a resumed VM) can make a live one's look stale."""
-        now = timezone.now()
-        fresh = models.Q(heartbeat_at__gte=now - stale_after)
-        here = models.Q(host=host, heartbeat_at__gte=now - host_within)
-        return self.filter(fresh | here, stopped_at__isnull=True)
+        here = self.filter(host=host, stopped_at__isnull=True, heartbeat_at__gte=timezone.now() - host_within)
+        return self.live(stale_after) | here
 
     def recent(self, within: timedelta) -> "WorkerQuerySet":
         """Supervisors alive at some time in the last `within`, stopped since or not."""
