@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from jobs import actions
+from jobs import actions, rows
 from jobs.actions.tokens import PREFIX_LEN, could_be_token, token_digest
 from jobs.errors import Unauthenticated
 from jobs.hints import manage_command
@@ -29,7 +29,7 @@ def verify_token(token: str) -> ApiToken | None:
         return None
     digest = token_digest(token)
     match = None
-    for row in ApiToken.objects.filter(prefix=token[:PREFIX_LEN], revoked_at__isnull=True):
+    for row in rows.select(ApiToken, prefix=token[:PREFIX_LEN], revoked_at=None):
         if hmac.compare_digest(row.hash, digest):
             match = row
     if match is not None:

@@ -6,6 +6,12 @@ from tests.support import postgres_or_skip, rerun_on_postgres
 def test_supervisor_and_api_suites_pass_on_postgres():
     # The process backends do not depend on the database: SQLite's run covers both, this one the posix one.
     run = rerun_on_postgres(
-        postgres_or_skip(), "tests/test_supervisor.py", "tests/test_api.py", "-k", "not portable", timeout=600
+        postgres_or_skip(),
+        "tests/test_supervisor.py",
+        "tests/test_api.py",
+        "tests/test_rows.py",
+        "-k",
+        "not portable",
+        timeout=600,
     )
     assert " passed" in run.stdout.splitlines()[-1]

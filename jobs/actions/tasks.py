@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from jobs import doorbell, hermes_skills, paths
+from jobs import doorbell, hermes_skills, paths, rows
 from jobs.actions.events import append_events, status_event
 from jobs.actions.liveness import live_supervisors, settle_if_orphaned
 from jobs.actions.workers import served_cwd, wait_reason
@@ -57,10 +57,14 @@ def get_task(task_id: str | uuid.UUID) -> Task:
             "answered with; GET /v1/tasks lists them)",
             code="no_such_task",
         ) from None
-    try:
-        task = Task.objects.select_related("session", "worker").get(public_id=public_id)
-    except Task.DoesNotExist:
+    found = rows.select(Task, public_id=public_id)
+    if not found:
         raise NotFound(f"no task {task_id}", code="no_such_task") from None
+    task = found[0]
+    if task.session_id is not None:  # read here, so that every reader of the task has them without a query of its own
+        task.session = next(iter(rows.select(AgentSession, id=task.session_id)), None)
+    if task.worker_id is not None:
+        task.worker = next(iter(rows.select(Worker, id=task.worker_id)), None)
     return settle_if_orphaned(task)  # every read sees a dead supervisor's task as orphaned at once
 
 
