@@ -1,5 +1,6 @@
-"""bridge/asgi.py: plain HTTP requests run on a fixed pool of threads that keep their database connections; only
-the SSE stream takes Django's ASGI handler."""
+"""bridge/asgi.py: plain HTTP requests run on a fixed pool of threads that keep their database connections, one
+hand-off each, with the request's body read whole (and no further than Django would take it); only the SSE stream
+takes Django's ASGI handler."""
 
 import asyncio
 import json
@@ -9,26 +10,42 @@ import pytest
 from asgiref.testing import ApplicationCommunicator
 from django.core.signals import request_started
 from django.db.backends.signals import connection_created
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from jobs.actions import create_token
+from jobs.models import Task
+from jobs.webserver import read_body
 from tests.support import make_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture
+def token() -> str:
+    return create_token("web")[1]
+
+
+SCOPE = {
+    "type": "http",
+    "http_version": "1.1",
+    "root_path": "",
+    "scheme": "http",
+    "query_string": b"",
+    "client": ("127.0.0.1", 50000),
+    "server": ("127.0.0.1", 8800),
+}
+
+
 async def get(app, path: str, query: str, token: str) -> tuple[int, bytes]:
     scope = {
-        "type": "http",
-        "http_version": "1.1",
+        **SCOPE,
         "method": "GET",
         "path": path,
         "raw_path": path.encode(),
-        "root_path": "",
-        "scheme": "http",
         "query_string": query.encode(),
         "headers": [(b"host", b"127.0.0.1"), (b"authorization", f"Bearer {token}".encode())],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8800),
     }
     communicator = ApplicationCommunicator(app, scope)
     await communicator.send_input({"type": "http.request", "body": b""})
@@ -78,3 +95,98 @@ def test_plain_requests_reuse_a_few_threads_and_their_connections(settings, work
     assert threads and len(opened) <= settings.BRIDGE_WEB_THREADS < len(answers), (
         f"{len(opened)} database connections opened for {len(answers)} requests: one per pool thread, kept"
     )
+
+
+def chunked(body: bytes, cuts: list[int]) -> list[dict]:
+    """`body` as the http.request messages of a client that sent it in pieces cut at `cuts`."""
+    edges = [0, *sorted({min(cut, len(body)) for cut in cuts}), len(body)]
+    pieces = [body[a:b] for a, b in zip(edges, edges[1:], strict=False)] or [b""]
+    return [{"type": "http.request", "body": p, "more_body": n < len(pieces) - 1} for n, p in enumerate(pieces)]
+
+
+@hypothesis_settings(max_examples=60, deadline=None)
+@given(body=st.binary(max_size=300), cuts=st.lists(st.integers(0, 300), max_size=6), limit=st.integers(0, 320))
+def test_a_body_in_any_pieces_is_read_whole_up_to_one_byte_past_the_limit(body, cuts, limit):
+    messages = chunked(body, cuts)
+
+    async def receive() -> dict:
+        return messages.pop(0)
+
+    assert asyncio.run(read_body(receive, limit)) == body[: limit + 1]
+    assert messages == [], "every message of the request is read, also past the limit"
+
+
+def test_a_client_that_leaves_mid_request_is_not_answered():
+    messages = [{"type": "http.request", "body": b"{", "more_body": True}, {"type": "http.disconnect"}]
+
+    async def receive() -> dict:
+        return messages.pop(0)
+
+    assert asyncio.run(read_body(receive, 100)) is None
+
+
+@hypothesis_settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    prompt=st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1, max_size=200),
+    cuts=st.lists(st.integers(0, 400), max_size=5),
+)
+def test_a_create_sent_in_pieces_arrives_whole(work_root, token, prompt, cuts):
+    """Through the ASGI app runbridge serves: the JSON body in any pieces, the answer one response. (work_root is
+    only read: the same directory serves every example.)"""
+    from bridge.asgi import application
+
+    body = json.dumps({"prompt": prompt, "cwd": str(work_root)}).encode()
+    scope = {
+        **SCOPE,
+        "method": "POST",
+        "path": "/v1/task/create",
+        "raw_path": b"/v1/task/create",
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"authorization", f"Bearer {token}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+    }
+
+    async def create() -> tuple[dict, list[dict]]:
+        communicator = ApplicationCommunicator(application, scope)
+        for message in chunked(body, cuts):
+            await communicator.send_input(message)
+        start = await communicator.receive_output(10)
+        answer = await communicator.receive_output(10)
+        await communicator.wait(10)
+        return start, answer
+
+    start, answer = asyncio.run(create())
+    assert start["status"] == 200, answer
+    assert (
+        not answer.get("more_body")
+        and Task.objects.get(public_id=json.loads(answer["body"])["task_id"]).prompt == prompt
+    )
+
+
+def test_a_body_over_the_limit_is_refused_413(settings, work_root, token):
+    from bridge.asgi import application
+
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    body = json.dumps({"prompt": "x" * 5000, "cwd": str(work_root)}).encode()
+    scope = {
+        **SCOPE,
+        "method": "POST",
+        "path": "/v1/task/create",
+        "raw_path": b"/v1/task/create",
+        "headers": [(b"authorization", f"Bearer {token}".encode()), (b"content-length", str(len(body)).encode())],
+    }
+
+    async def create() -> tuple[dict, dict]:
+        communicator = ApplicationCommunicator(application, scope)
+        for message in chunked(body, [700, 1400]):
+            await communicator.send_input(message)
+        start, answer = await communicator.receive_output(10), await communicator.receive_output(10)
+        await communicator.wait(10)
+        return start, answer
+
+    start, answer = asyncio.run(create())
+    assert start["status"] == 413 and json.loads(answer["body"])["code"] == "too_large"
+    assert not Task.objects.exists()
