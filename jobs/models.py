@@ -68,6 +68,10 @@ class TaskQuerySet(models.QuerySet):
         return tasks
 
 
+# The outcomes of a permission request that the executor must be told (a cancelled one it withdrew itself).
+ANSWERS_TO_PASS_ON = (PermissionStatus.ALLOWED, PermissionStatus.DENIED, PermissionStatus.EXPIRED)
+
+
 class PermissionRequestQuerySet(models.QuerySet):
     def pending(self) -> "PermissionRequestQuerySet":
         """Waiting for an answer."""
@@ -78,8 +82,7 @@ class PermissionRequestQuerySet(models.QuerySet):
 
     def undelivered(self) -> "PermissionRequestQuerySet":
         """Answered, but the executor has not been told yet, in the order they were decided."""
-        decided = (PermissionStatus.ALLOWED, PermissionStatus.DENIED, PermissionStatus.EXPIRED)
-        return self.filter(delivered_at__isnull=True, status__in=decided).order_by("decided_at", "id")
+        return self.filter(delivered_at__isnull=True, status__in=ANSWERS_TO_PASS_ON).order_by("decided_at", "id")
 
 
 class TaskEventQuerySet(models.QuerySet):

@@ -135,6 +135,9 @@ class TaskRun(threading.Thread):
         self.deadline = 0.0
         self.last_db_check = 0.0
         self.check_owed = True  # look at the database at the first chance: news may predate this run's doorbell
+        # request id -> when the agent asked (time.monotonic()), until the answer is passed on or the ask withdrawn:
+        # the database is searched for expired requests only once one of these has waited the whole timeout
+        self.open_asks: dict[str, float] = {}
 
     def wake(self) -> None:
         """News for this task (a ring, or the supervisor's sweep): look at the database. A ring from this run's own
@@ -341,8 +344,10 @@ class TaskRun(threading.Thread):
         for reply in step.replies:
             self._write(reply)
         for ask in step.asks:  # recorded after the events before it, so the transcript keeps the agent's order
+            self.open_asks.setdefault(ask.request_id, time.monotonic())
             self.rec.add("ask", ask)
         for request_id in step.withdrawn:
+            self.open_asks.pop(request_id, None)
             self.rec.add("withdraw", request_id)
         if step.finished:
             self.finished = True
@@ -381,6 +386,7 @@ class TaskRun(threading.Thread):
         written is kept here, so a look at the database before it is written never sends the answer again)."""
         if perm.pk in self.rec.delivered:
             return
+        self.open_asks.pop(perm.request_id, None)
         self._write(self.runner.answer(decision_for(perm)))
         self.rec.delivered.add(perm.pk)
         self.rec.add("delivered", perm)
@@ -391,14 +397,16 @@ class TaskRun(threading.Thread):
         Decisions first: the agent waits for them, and works on while the run looks at the rest."""
         for perm in actions.undelivered_decisions(self.task):
             self._deliver(perm)
-        row = Task.objects.filter(pk=self.task.pk).values("status", "cancel_requested_at", "cancel_reason").get()
-        if row["status"] != Status.RUNNING:
-            self._abandon(row["status"])
+        now = actions.current_state(self.task)
+        if now.status != Status.RUNNING:
+            self._abandon(now.status)
             return
-        if self.stopping is None and row["cancel_requested_at"] is not None:
-            self._begin_stop(Status.CANCELLED, row["cancel_reason"] or "cancelled by request")
-        for perm in actions.expire_permissions(self.task):
-            self._deliver(perm)
+        if self.stopping is None and now.cancel_requested_at is not None:
+            self._begin_stop(Status.CANCELLED, now.cancel_reason or "cancelled by request")
+        timeout = settings.BRIDGE_PERMISSION_TIMEOUT_S
+        if any(time.monotonic() - asked >= timeout for asked in self.open_asks.values()):
+            for perm in actions.expire_permissions(self.task):
+                self._deliver(perm)
 
     def _abandon(self, status: str) -> None:
         """The task was ended elsewhere (a peer found this supervisor's heartbeat stale and marked it orphaned):

@@ -244,6 +244,26 @@ def test_permission_expires_and_is_denied_with_a_reason(supervisor, settings, wo
     assert "BRIDGE_PERMISSION_TIMEOUT_S" in results[0]["content"]
 
 
+def test_a_run_searches_for_expired_requests_only_once_one_has_waited_the_timeout(
+    supervisor, settings, work_root, monkeypatch
+):
+    """A run looks at the database after every ring; the search for expired requests is left out of that until an
+    ask of its own has waited BRIDGE_PERMISSION_TIMEOUT_S, and then made (the expiry test above)."""
+    searched = []
+    search = actions.expire_permissions
+    monkeypatch.setattr(actions, "expire_permissions", lambda task: searched.append(task.pk) or search(task))
+    settings.BRIDGE_PERMISSION_TIMEOUT_S = 600
+    task = make_task(ask("touch one.txt") + "\n" + ask("touch two.txt") + "\nsay done")
+    for _ in range(2):
+        wait_for(task, lambda t: len(actions.pending_permissions(t)) == 1)
+        actions.decide_permission(task, behavior="allow")
+    assert wait_for(task).status == Status.DONE and (work_root / "two.txt").exists()
+    assert searched == []
+    settings.BRIDGE_PERMISSION_TIMEOUT_S = 1
+    late = wait_for(make_task(ask("touch late.txt") + "\nsay done"))
+    assert PermissionRequest.objects.get(task=late).status == "expired" and late.pk in searched
+
+
 def test_bypass_mode_allows_as_policy(supervisor, work_root):
     task = wait_for(make_task(ask("touch bypassed.txt") + "\nsay done", permission_mode="bypass"))
     perm = PermissionRequest.objects.get(task=task)

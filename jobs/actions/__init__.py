@@ -30,6 +30,7 @@ from jobs.actions.permissions import (
 from jobs.actions.runs import (
     USAGE_FIELDS,
     claim_next_task,
+    current_state,
     explain_waits,
     find_orphans,
     finish_task,
@@ -90,6 +91,7 @@ __all__ = [
     "create_or_join_task",
     "create_task",
     "create_token",
+    "current_state",
     "decide_permission",
     "event_data",
     "explain_waits",

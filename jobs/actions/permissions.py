@@ -10,7 +10,7 @@ from jobs import rows
 from jobs.actions.events import append_events
 from jobs.errors import Conflict, InvalidInput, NotFound
 from jobs.inputs import check_json, check_text
-from jobs.models import PermissionRequest, Task
+from jobs.models import ANSWERS_TO_PASS_ON, PermissionRequest, Task
 from jobs.vocabulary import DecidedVia, PermissionMode, PermissionStatus
 
 MAX_MESSAGE_CHARS = 10_000
@@ -93,11 +93,14 @@ def check_decision(behavior: str, request_id: str | None, updated_input: dict | 
 def request_to_decide(task: Task, request_id: str | None) -> PermissionRequest:
     """The pending request an answer is for: the named one, or the task's oldest pending one."""
     if request_id:
-        perm = PermissionRequest.objects.filter(task=task, request_id=request_id).first()
+        perm = next(iter(rows.select(PermissionRequest, task_id=task.pk, request_id=request_id, limit=1)), None)
         if perm is None:
             raise NotFound(f"task {task.public_id} has no permission request {request_id!r}", code="no_such_request")
     else:
-        perm = PermissionRequest.objects.filter(task=task).pending().oldest_first().first()
+        oldest = rows.select(
+            PermissionRequest, task_id=task.pk, status=PermissionStatus.PENDING, order_by=("created_at", "id"), limit=1
+        )
+        perm = next(iter(oldest), None)
         if perm is None:
             task.refresh_from_db()
             state = "has ended" if task.is_terminal else "is not waiting for one"
@@ -180,8 +183,10 @@ def expire_permissions(task: Task) -> list[PermissionRequest]:
 
 
 def undelivered_decisions(task: Task) -> list[PermissionRequest]:
-    """Answers that the executor has not been told yet, oldest first."""
-    return list(PermissionRequest.objects.filter(task=task).undelivered())
+    """Answers that the executor has not been told yet, in the order they were decided (`undelivered`, read by its
+    one column: a run asks after every ring)."""
+    not_told = rows.select(PermissionRequest, task_id=task.pk, delivered_at=None, order_by=("decided_at", "id"))
+    return [perm for perm in not_told if perm.status in ANSWERS_TO_PASS_ON]
 
 
 def mark_delivered(perm: PermissionRequest) -> None:

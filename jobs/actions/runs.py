@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from jobs import doorbell, paths
+from jobs import doorbell, paths, rows
 from jobs.actions.events import append_events, status_event
 from jobs.actions.permissions import cancel_open_permissions
 from jobs.actions.workers import servable_by, serves, wait_reason, worker_is_alive
@@ -136,6 +136,13 @@ def tasks_with_news(pks: list[int]) -> set[int]:
     news.update(perms.undelivered().values_list("task_id", flat=True))
     news.update(perms.pending().filter(created_at__lt=cutoff).values_list("task_id", flat=True))
     return news
+
+
+def current_state(task: Task) -> Task:
+    """The task's row as the database holds it now (its status, a cancel request), as a copy: a run asks after
+    every ring, so it is read by its one statement (jobs/rows.py)."""
+    [now] = rows.select(Task, id=task.pk)
+    return now
 
 
 def mark_spawned(task: Task, pid: int, create_time: float, argv: list[str]) -> None:
