@@ -24,26 +24,51 @@ M = TypeVar("M", bound=Model)
 
 
 def select(
-    model: type[M], *, order_by: tuple[str, ...] = (), limit: int | None = None, using: str = "default", **equal: Any
+    model: type[M],
+    *,
+    above: dict[str, Any] | None = None,
+    order_by: tuple[str, ...] = (),
+    limit: int | None = None,
+    using: str = "default",
+    **equal: Any,
 ) -> list[M]:
-    """Rows of `model` whose columns equal the given values (None: IS NULL), in `order_by` (field names, "-" for
-    descending), at most `limit` of them. Name a foreign key by its column (`task_id=`) and give it an id."""
+    """Rows of `model` whose columns equal the given values (None: IS NULL) and are greater than those in `above`,
+    in `order_by` (field names, "-" for descending), at most `limit` of them. Name a foreign key by its column
+    (`task_id=`) and give it an id."""
     connection = connections[using]
-    shape = tuple((name, value is None) for name, value in equal.items())
-    statement = _statement(model, shape, order_by, limit, using, connection.vendor)
-    params = [field.get_db_prep_value(equal[name], connection) for name, field in statement.parameters]
+    above = above or {}
+    shape = tuple((name, "IS NULL" if value is None else "=") for name, value in equal.items())
+    shape += tuple((name, ">") for name in above)
+    statement = _statement(model, shape, order_by, limit is not None, using, connection.vendor)
+    values = {**equal, **above}
+    params = [field.get_db_prep_value(values[name], connection) for name, field in statement.parameters]
+    if limit is not None:
+        params.append(int(limit))
     with connection.cursor() as cursor:
         cursor.execute(statement.sql, params)
-        rows = cursor.fetchall()
-    names = statement.attnames
-    found = []
-    for row in rows:
-        values = list(row)
-        for position, field_converters, column in statement.converters:
-            for convert in field_converters:
-                values[position] = convert(values[position], column, connection)
-        found.append(model.from_db(using, names, values))
-    return found
+        return [model.from_db(using, statement.attnames, _converted(row, statement, connection)) for row in cursor]
+
+
+def refresh(instance: Model, using: str = "default") -> None:
+    """`instance.refresh_from_db()` by one `select`: every column read again, and, as there, the related objects it
+    holds dropped (they are read again when next used). Raises the model's DoesNotExist if the row is gone."""
+    model = type(instance)
+    found = select(model, using=using, id=instance.pk)
+    if not found:
+        raise model.DoesNotExist(f"{model.__name__} {instance.pk} is gone")
+    for field in model._meta.concrete_fields:
+        setattr(instance, field.attname, getattr(found[0], field.attname))
+    for field in [*model._meta.concrete_fields, *model._meta.related_objects]:
+        if field.is_relation and field.is_cached(instance):
+            field.delete_cached_value(instance)
+
+
+def _converted(row: tuple, statement: "Statement", connection) -> list:
+    values = list(row)
+    for position, field_converters, column in statement.converters:
+        for convert in field_converters:
+            values[position] = convert(values[position], column, connection)
+    return values
 
 
 @dataclass(frozen=True)
@@ -56,7 +81,7 @@ class Statement:
 
 @cache
 def _statement(
-    model: type[Model], shape: tuple, order_by: tuple[str, ...], limit, using: str, vendor: str
+    model: type[Model], shape: tuple, order_by: tuple[str, ...], limited: bool, using: str, vendor: str
 ) -> Statement:
     """The SQL of one shape of read, and what turns its rows into the values the ORM would give. Made once per
     process; the converters are the ones the ORM applies on this kind of database (dates on SQLite, JSON)."""
@@ -65,10 +90,12 @@ def _statement(
     quote = connection.ops.quote_name
     parameters = []
     conditions = []
-    for name, is_null in shape:
+    for name, operator in shape:
         field = _field(model, name)
-        conditions.append(f"{quote(field.column)} {'IS NULL' if is_null else '= %s'}")
-        if not is_null:
+        if operator == "IS NULL":
+            conditions.append(f"{quote(field.column)} IS NULL")
+        else:
+            conditions.append(f"{quote(field.column)} {operator} %s")
             parameters.append((name, field))
     sql = f"SELECT {', '.join(quote(f.column) for f in meta.concrete_fields)} FROM {quote(meta.db_table)}"
     if conditions:
@@ -78,8 +105,8 @@ def _statement(
             quote(_field(model, name.lstrip("-")).column) + (" DESC" if name.startswith("-") else "")
             for name in order_by
         )
-    if limit is not None:
-        sql += f" LIMIT {int(limit)}"
+    if limited:
+        sql += " LIMIT %s"
     converters = []
     for position, field in enumerate(meta.concrete_fields):
         column = field.get_col(meta.db_table)

@@ -124,6 +124,10 @@ def test_filters_order_and_limit_are_the_orms(requests, status, newest_first, li
         found = rows.select(PermissionRequest, task_id=mine.pk, status=status, order_by=order, limit=limit)
         expected = PermissionRequest.objects.filter(task=mine, status=status).order_by(*order)
         assert [r.pk for r in found] == [r.pk for r in (expected[:limit] if limit is not None else expected)]
+        cut = sorted(r.created_at for r in PermissionRequest.objects.all())[len(requests) // 2]
+        found = rows.select(PermissionRequest, task_id=mine.pk, above={"created_at": cut}, order_by=order, limit=limit)
+        expected = PermissionRequest.objects.filter(task=mine, created_at__gt=cut).order_by(*order)
+        assert [r.pk for r in found] == [r.pk for r in (expected[:limit] if limit is not None else expected)]
         undelivered = rows.select(PermissionRequest, task_id=mine.pk, delivered_at=None, order_by=("id",))
         assert [r.pk for r in undelivered] == [
             r.pk for r in PermissionRequest.objects.filter(task=mine, delivered_at__isnull=True).order_by("id")
@@ -137,3 +141,27 @@ def test_a_name_that_is_no_column_is_refused():
         rows.select(Task, nonsense=1)
     with pytest.raises(ValueError, match="Task has no column 'events'"):
         rows.select(Task, order_by=("events",))
+
+
+@hypothesis_settings(max_examples=20, deadline=None)
+@given(st.data())
+def test_refresh_reads_every_column_again_as_refresh_from_db_does(data):
+    try:
+        first = store(Worker, {**data.draw(row_of(Worker)), "name": "first"})
+        second = store(Worker, {**data.draw(row_of(Worker)), "name": "second"})
+        task = store(Task, data.draw(row_of(Task)), worker=first)
+        held = Task.objects.get(pk=task.pk)
+        assert held.worker == first  # the related object is cached on `held` now
+        Worker.objects.filter(pk=first.pk).update(pid=first.pid + 1)
+        rows.refresh(held)
+        assert held.worker.pid == first.pid + 1, "the related objects it held are read again when next used"
+        Task.objects.filter(pk=task.pk).update(**data.draw(row_of(Task)), worker=second)
+        rows.refresh(held)
+        same(held, Task.objects.get(pk=task.pk))
+        assert held.worker == second
+        Task.objects.filter(pk=task.pk).delete()
+        with pytest.raises(Task.DoesNotExist):
+            rows.refresh(held)
+    finally:
+        for model in MODELS:
+            model.objects.all().delete()

@@ -7,7 +7,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from jobs import doorbell
+from jobs import doorbell, rows
 from jobs.errors import InvalidInput
 from jobs.inputs import MAX_INT
 from jobs.models import Task, TaskEvent
@@ -64,8 +64,8 @@ def status_event(task: Task, **extra: Any) -> tuple[str, dict]:
 
 
 def events_since(task: Task, since: int = 0, limit: int = 1000) -> list[TaskEvent]:
-    """Up to `limit` events of a task after seq `since`, in order."""
-    return list(TaskEvent.objects.filter(task=task).after(since)[:limit])
+    """Up to `limit` events of a task after seq `since`, in order (every stream reads these after every ring)."""
+    return rows.select(TaskEvent, task_id=task.pk, above={"seq": since}, order_by=("seq",), limit=limit)
 
 
 def event_data(event: TaskEvent) -> dict:
@@ -76,7 +76,7 @@ def event_data(event: TaskEvent) -> dict:
 def read_transcript(task: Task, since: int, limit: int) -> list[TaskEvent]:
     """Re-read the task first, then its events after `since`. Streams rely on the order: when the task they hold
     has ended, every event up to its end was committed before, so a short batch means they have seen it all."""
-    task.refresh_from_db()
+    rows.refresh(task)
     return events_since(task, since, limit)
 
 
