@@ -5,7 +5,7 @@ when a read recurs.
 """
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import models
 from django.utils import timezone
@@ -99,12 +99,6 @@ class WorkerQuerySet(models.QuerySet):
         """Supervisors that have not stopped and whose heartbeat is fresher than `stale_after`."""
         return self.filter(stopped_at__isnull=True, heartbeat_at__gte=timezone.now() - stale_after)
 
-    def may_be_alive(self, stale_after: timedelta, host: str, host_within: timedelta) -> "WorkerQuerySet":
-        """`live`, plus the supervisors on `host` that beat within `host_within`: there the process itself is asked,
-        because a clock stepped since the last heartbeat (NTP, a resumed VM) can make a live one's look stale."""
-        here = self.filter(host=host, stopped_at__isnull=True, heartbeat_at__gte=timezone.now() - host_within)
-        return self.live(stale_after) | here
-
     def recent(self, within: timedelta) -> "WorkerQuerySet":
         """Supervisors alive at some time in the last `within`, stopped since or not."""
         return self.filter(heartbeat_at__gte=timezone.now() - within)
@@ -130,6 +124,14 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def may_be_alive(self, now: datetime, stale_after: timedelta, host: str, host_within: timedelta) -> bool:
+        """Not stopped, and either its heartbeat is fresher than `stale_after`, or it runs on `host` and beat within
+        `host_within`: there the process itself is asked, because a clock stepped since the last heartbeat (NTP, a
+        resumed VM) can make a live one's look stale."""
+        if self.stopped_at is not None:
+            return False
+        return self.heartbeat_at >= now - stale_after or (self.host == host and self.heartbeat_at >= now - host_within)
 
 
 class AgentSession(models.Model):

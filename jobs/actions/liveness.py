@@ -13,7 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from jobs import processes
+from django.utils import timezone
+
+from jobs import processes, rows
 from jobs.actions.runs import explain_waits, mark_orphaned
 from jobs.actions.workers import WORKER_STALE_AFTER, running_by_worker, worker_is_alive
 from jobs.models import PermissionRequest, Task, Worker
@@ -58,8 +60,14 @@ def live_supervisors() -> list[Worker]:
     """Supervisors alive now, as `worker_is_alive` decides: on this host still the process that registered, whatever
     the clocks say (a supervisor killed a second ago keeps a fresh heartbeat; a live one's can look stale after a
     clock step), elsewhere a fresh heartbeat. Rows of this host that have not beaten for a day are not asked."""
-    candidates = Worker.objects.may_be_alive(WORKER_STALE_AFTER, socket.gethostname(), LOCAL_ROWS_WITHIN)
-    return [worker for worker in candidates if worker_is_alive(worker)]
+    now, host = timezone.now(), socket.gethostname()
+    oldest = now - max(WORKER_STALE_AFTER, LOCAL_ROWS_WITHIN)
+    recent = rows.select(Worker, stopped_at=None, above={"heartbeat_at": oldest})
+    return [
+        worker
+        for worker in recent
+        if worker.may_be_alive(now, WORKER_STALE_AFTER, host, LOCAL_ROWS_WITHIN) and worker_is_alive(worker)
+    ]
 
 
 @dataclass
