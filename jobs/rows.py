@@ -63,6 +63,17 @@ def refresh(instance: Model, using: str = "default") -> None:
             field.delete_cached_value(instance)
 
 
+def attach(instance: Model, *names: str, using: str = "default") -> None:
+    """Read the rows these foreign keys of `instance` point to and hold them on it, as `select_related` would (a key
+    that is null, or whose row is gone, holds None)."""
+    for name in names:
+        field = type(instance)._meta.get_field(name)
+        key = getattr(instance, field.attname)
+        if key is not None:
+            found = select(field.related_model, using=using, **{field.target_field.attname: key})
+            setattr(instance, name, found[0] if found else None)
+
+
 def _converted(row: tuple, statement: "Statement", connection) -> list:
     values = list(row)
     for position, field_converters, column in statement.converters:

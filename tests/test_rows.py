@@ -87,6 +87,13 @@ def test_a_row_reads_back_as_the_orm_reads_it(data):
             same(found, model.objects.get(pk=row.pk))
         [found] = rows.select(Task, public_id=Task.objects.get(pk=task.pk).public_id)
         same(found, Task.objects.get(pk=task.pk))
+        rows.attach(found, "session", "worker")
+        joined = Task.objects.select_related("session", "worker").get(pk=task.pk)
+        same(found.session, joined.session)
+        same(found.worker, joined.worker)
+        unlinked = Task.objects.create(prompt="p", cwd="/")
+        rows.attach(unlinked, "session", "worker")
+        assert unlinked.session is None and unlinked.worker is None
         [found] = rows.select(ApiToken, prefix=ApiToken.objects.get(pk=token.pk).prefix, id=token.pk)
         same(found, ApiToken.objects.get(pk=token.pk))
     finally:

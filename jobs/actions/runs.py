@@ -62,12 +62,12 @@ def claim_next_task(worker: Worker) -> Task | None:
 def _claim_one(worker: Worker) -> Task | None:
     with transaction.atomic():
         queued = Task.objects.queued_in_order().filter(servable_by(worker))
-        rows = queued.values_list("pk", "cwd", "target")
+        looked_at = queued.values_list("pk", "cwd", "target")
         if connection.features.has_select_for_update_skip_locked:
-            rows = rows.select_for_update(skip_locked=True)[:1]  # PostgreSQL: LIKE is exact, the first one serves
+            looked_at = looked_at.select_for_update(skip_locked=True)[:1]  # PostgreSQL: LIKE is exact, the first serves
         else:
-            rows = rows[:CLAIM_LOOKAHEAD]
-        candidate = next((pk for pk, cwd, target in rows if serves(worker, cwd, target)), None)
+            looked_at = looked_at[:CLAIM_LOOKAHEAD]
+        candidate = next((pk for pk, cwd, target in looked_at if serves(worker, cwd, target)), None)
         if candidate is None:
             return None
         claimed = (
@@ -77,7 +77,8 @@ def _claim_one(worker: Worker) -> Task | None:
         )
         if not claimed:
             return None
-        task = Task.objects.select_related("session").get(pk=candidate)
+        [task] = rows.select(Task, id=candidate)
+        rows.attach(task, "session")  # the run reads it: a follow-up resumes its session
         append_events(task, [status_event(task, worker=worker.name)])
     return task
 

@@ -61,10 +61,7 @@ def get_task(task_id: str | uuid.UUID) -> Task:
     if not found:
         raise NotFound(f"no task {task_id}", code="no_such_task") from None
     task = found[0]
-    if task.session_id is not None:  # read here, so that every reader of the task has them without a query of its own
-        task.session = next(iter(rows.select(AgentSession, id=task.session_id)), None)
-    if task.worker_id is not None:
-        task.worker = next(iter(rows.select(Worker, id=task.worker_id)), None)
+    rows.attach(task, "session", "worker")  # read here, so that every reader of the task has them without a query
     return settle_if_orphaned(task)  # every read sees a dead supervisor's task as orphaned at once
 
 
