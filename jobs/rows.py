@@ -1,15 +1,16 @@
-"""The reads every request makes, in SQL written once per process instead of once per call.
+"""The reads Bridge makes on every request, ring and stream batch, in SQL written once per process.
 
 Django builds a query's SQL anew on every call, and for the small reads on the hot path that is nearly all of their
 cost: reading a task by its id took 0.58 ms through the ORM (0.89 ms with its session and supervisor joined), of
 which running the SQL on SQLite was 0.05 ms; the pending-questions read took 0.72 ms and the token read 0.32 ms.
-Every REST request, permission answer and stream start makes two or three such reads (docs/architecture.md,
-"Performance").
+Every REST request, permission answer, stream batch and run woken by a ring makes two or three such reads
+(docs/architecture.md, "Process model", under "Database").
 
-`select` reads whole rows of a model by equality on its columns, with the SQL text kept per shape, the values
-prepared by each field as the ORM prepares them, and each column converted back as the ORM converts it, so what it
-returns are ordinary model instances (they save, refresh and follow relations as any other). Everything else, and
-every write, stays with the ORM.
+`select` reads whole rows of a model by equality (and at most one "greater than") on its columns, with the SQL text
+kept per shape, the values prepared by each field as the ORM prepares them, and each column converted back as the
+ORM converts it, so what it returns are ordinary model instances (they save, refresh and follow relations as any
+other). `refresh` and `attach` stand in for `refresh_from_db` and `select_related` on those reads. Everything else,
+and every write, stays with the ORM.
 """
 
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ def refresh(instance: Model, using: str = "default") -> None:
     """`instance.refresh_from_db()` by one `select`: every column read again, and, as there, the related objects it
     holds dropped (they are read again when next used). Raises the model's DoesNotExist if the row is gone."""
     model = type(instance)
-    found = select(model, using=using, id=instance.pk)
+    found = select(model, using=using, **{model._meta.pk.attname: instance.pk})
     if not found:
         raise model.DoesNotExist(f"{model.__name__} {instance.pk} is gone")
     for field in model._meta.concrete_fields:
@@ -118,7 +119,7 @@ def _statement(
         )
     if limited:
         sql += " LIMIT %s"
-    converters = []
+    converters = []  # bound to this thread's connection, they read only settings: any thread's connection can use them
     for position, field in enumerate(meta.concrete_fields):
         column = field.get_col(meta.db_table)
         field_converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)

@@ -255,7 +255,7 @@ class TaskRun(threading.Thread):
         never stays running. A task ended elsewhere meanwhile gets nothing more."""
 
         def write() -> None:
-            if Task.objects.values_list("status", flat=True).get(pk=self.task.pk) != Status.RUNNING:
+            if actions.current_state(self.task).status != Status.RUNNING:
                 self.rec.clear()
                 return
             self.rec.write_all()

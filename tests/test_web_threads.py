@@ -127,7 +127,11 @@ def test_a_client_that_leaves_mid_request_is_not_answered():
 
 @hypothesis_settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    prompt=st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1, max_size=200),
+    prompt=st.text(
+        st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1, max_size=200
+    ).filter(
+        str.strip  # a blank prompt is refused, whole or not
+    ),
     cuts=st.lists(st.integers(0, 400), max_size=5),
 )
 def test_a_create_sent_in_pieces_arrives_whole(work_root, token, prompt, cuts):

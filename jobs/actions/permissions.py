@@ -210,7 +210,7 @@ def cancel_permission(task: Task, request_id: str, reason: str) -> None:
 def cancel_open_permissions(task: Task, reason: str) -> None:
     """Pending requests of a task that has ended can never be answered: close them."""
     with transaction.atomic():
-        open_requests = list(PermissionRequest.objects.pending().filter(task=task))
+        open_requests = rows.select(PermissionRequest, task_id=task.pk, status=PermissionStatus.PENDING)
         if not open_requests:
             return
         PermissionRequest.objects.filter(pk__in=[p.pk for p in open_requests]).update(

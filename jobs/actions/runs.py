@@ -194,7 +194,7 @@ def finish_task(
             )
         )
         cancel_open_permissions(task, "the task ended before it was answered")
-        task.refresh_from_db()
+        rows.refresh(task)
         if not updated:
             return task
         if task.session_id and usage.get("cost_usd"):
@@ -246,7 +246,7 @@ def usage_delta(reported: float, base: float) -> float:
 def running_total_before(task: Task, fields: list[str]) -> tuple[dict[str, float] | None, str]:
     """The running total a resumed run carried on from, and where it came from (`new_session`, `task:<id>`), or
     (None, `unknown`) when the session began outside Bridge and no earlier task of it reported one."""
-    current = Task.objects.only("session_id", "resume_session_id", "started_at").get(pk=task.pk)
+    current = current_state(task)
     if not current.resume_session_id:
         return dict.fromkeys(fields, 0.0), "new_session"
     if current.session_id is None:
