@@ -207,17 +207,19 @@ class TaskEventsConsumer(BridgeConsumer):
         return self.session_seen[1]
 
     async def run_pump(self) -> None:
-        """Events, then the state whenever it differs from the last one sent (a wait reason changes without an
-        event), then `end` with the task's real last seq (not a `since` past it)."""
+        """Events, then the state whenever it differs from the last one sent in more than its last seq (which the
+        events carry; a wait reason changes without an event), then `end` with the task's real last seq (not a
+        `since` past it)."""
         sent, rang = None, True
         while True:
             state, events = await self.read_after(settle=not rang)
             for event in events:
                 await self.send_json(event)
                 self.since = event["seq"]
-            if events or state != sent:
+            news = {**state, "last_seq": None}
+            if news != sent:
                 await self.send_json({"type": "state", **state})
-                sent = state
+                sent = news
             if state["status"] in TERMINAL_STATUSES and len(events) < EVENT_BATCH:
                 await self.send_json({"type": "end", "status": state["status"], "last_seq": state["last_seq"]})
                 await self.close()

@@ -491,3 +491,28 @@ def test_the_state_follows_questions_the_session_and_a_supervisor_that_died(work
         await ws.disconnect()
 
     run(body)
+
+
+def test_a_state_frame_is_sent_when_the_state_changes_not_after_every_batch(work_root, token):
+    """Events carry their seqs, so a batch of events alone sends no state frame; a change the page shows does."""
+    task = make_task("say hi")
+
+    async def next_message(ws) -> dict:
+        return await ws.receive_json_from(timeout=10)
+
+    async def body():
+        ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token))
+        assert (await ws.connect())[0]
+        assert [(await next_message(ws))["type"] for _ in range(2)] == ["event", "state"]
+        for batch in range(5):
+            await database_sync_to_async(append_texts)(task, [f"batch {batch} line {i}" for i in range(3)])
+            assert [(await next_message(ws))["type"] for _ in range(3)] == ["event"] * 3
+        await database_sync_to_async(actions.request_cancel)(task, "enough")
+        message = await next_message(ws)
+        while message["type"] == "event":
+            message = await next_message(ws)
+        assert message["type"] == "state" and message["status"] == "cancelled", "no state frame came before it"
+        assert message["last_seq"] == 17  # queued, 15 lines, cancelled
+        await ws.disconnect()
+
+    run(body)
