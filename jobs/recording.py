@@ -27,31 +27,66 @@ KEPT_WHILE_AWAY = ESSENTIAL_KINDS | {"stopping", "signal", "truncated"}
 HELD_EVENTS_MAX = 20_000  # events one run holds in memory while the database is away, however small they are
 NOTE_BYTES = 256  # what an event Bridge makes itself counts against BRIDGE_DB_BUFFER_BYTES
 LINE_HEAD_BYTES = 2000
+READ_CHUNK_BYTES = 64 * 1024
 
 
 class LineReader(threading.Thread):
-    """Reads a child's stdout as lines; a line over the cap is cut to its head and counted, never held whole."""
+    """Reads a child's stdout as lines, handed on as one ("lines", [...]) inbox item per chunk read: a flood of small
+    lines costs one queue hand-off per 64 KiB, not one per line. Each entry is ("line", bytes) or, for a line over
+    the cap, ("oversized", its head, its size): such a line is counted as it passes, never held whole."""
 
     def __init__(self, stream, inbox: queue.Queue, max_bytes: int) -> None:
         super().__init__(daemon=True, name="stdout-reader")
         self.stream, self.inbox, self.max_bytes = stream, inbox, max_bytes
+        self.line = bytearray()  # the line read so far, while it is within the cap
+        self.over: tuple[bytes, int] | None = None  # (head, bytes so far) of a line past the cap
 
     def run(self) -> None:
         try:
-            while line := self.stream.readline(self.max_bytes + 1):
-                if len(line) > self.max_bytes and not line.endswith(b"\n"):
-                    head, size = line[:LINE_HEAD_BYTES], len(line)
-                    while more := self.stream.readline(self.max_bytes + 1):
-                        size += len(more)
-                        if more.endswith(b"\n"):
-                            break
-                    self.inbox.put(("oversized", head, size))
-                else:
-                    self.inbox.put(("line", line))
+            while chunk := self.stream.read1(READ_CHUNK_BYTES):
+                *ended, rest = chunk.split(b"\n")
+                lines = [self._ended(piece) for piece in ended]
+                self._extend(rest)
+                if lines:
+                    self.inbox.put(("lines", lines))
         except (OSError, ValueError):
             pass
         finally:
+            if self.over is not None or self.line:  # the last line had no newline
+                self.inbox.put(("lines", [self._last()]))
             self.inbox.put(("eof",))
+
+    def _extend(self, piece: bytes) -> None:
+        if self.over is not None:
+            head, size = self.over
+            self.over = (head + piece[: max(0, LINE_HEAD_BYTES - len(head))], size + len(piece))
+            return
+        self.line += piece
+        if len(self.line) > self.max_bytes:
+            self.over = (bytes(self.line[:LINE_HEAD_BYTES]), len(self.line))
+            self.line.clear()
+
+    def _ended(self, piece: bytes) -> tuple:
+        """The line that `piece` and a newline end."""
+        if self.over is None and not self.line:  # the common case: a whole line inside one chunk
+            if len(piece) > self.max_bytes:
+                return ("oversized", piece[:LINE_HEAD_BYTES], len(piece) + 1)
+            return ("line", piece + b"\n")
+        self._extend(piece)
+        if self.over is not None:
+            return self._last(newline=1)
+        line = bytes(self.line) + b"\n"
+        self.line.clear()
+        return ("line", line)
+
+    def _last(self, newline: int = 0) -> tuple:
+        """The line read so far, ended (by a newline, or by the end of the output)."""
+        if self.over is not None:
+            (head, size), self.over = self.over, None
+            return ("oversized", head, size + newline)
+        line = bytes(self.line)
+        self.line.clear()
+        return ("line", line)
 
 
 class TailReader(threading.Thread):

@@ -30,7 +30,7 @@ from jobs.vocabulary import Status
 log = logging.getLogger(__name__)
 
 STOP_RECORD_S = 10.0  # how long a stopping supervisor tries to record that it stopped
-INBOX_SIZE = 10_000
+INBOX_SIZE = 256  # items waiting for a run: stdout chunks (64 KiB each at most, besides an over-long line's head)
 BATCH_LINES = 500
 HEARTBEAT_S = 5.0
 ORPHAN_SCAN_S = 30.0
@@ -267,15 +267,19 @@ class TaskRun(threading.Thread):
 
     # --- reading and writing ----------------------------------------------------------------------------------
     def _next_items(self) -> list[tuple]:
+        """What the inbox holds, up to about BATCH_LINES lines of output, waiting for the first item until the clock
+        has something to do."""
         try:
             items = [self.inbox.get(timeout=max(0.0, self._wake_at() - time.monotonic()))]
         except queue.Empty:
             return []
-        while len(items) < BATCH_LINES:
+        lines = len(items[0][1]) if items[0][0] == "lines" else 0
+        while lines < BATCH_LINES:
             try:
                 items.append(self.inbox.get_nowait())
             except queue.Empty:
                 break
+            lines += len(items[-1][1]) if items[-1][0] == "lines" else 0
         return items
 
     def _wake_at(self) -> float:
@@ -296,10 +300,12 @@ class TaskRun(threading.Thread):
 
     def _read(self, items: list[tuple]) -> None:
         for item in items:
-            if item[0] == "line":
-                self._handle(self.runner.on_line(item[1]), len(item[1]))
-            elif item[0] == "oversized":
-                self._on_oversized(item[1], item[2])
+            if item[0] == "lines":
+                for line in item[1]:
+                    if line[0] == "line":
+                        self._handle(self.runner.on_line(line[1]), len(line[1]))
+                    else:
+                        self._on_oversized(line[1], line[2])
             elif item[0] == "eof":
                 self.eof = True
 

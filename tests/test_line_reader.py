@@ -1,0 +1,65 @@
+"""The stdout reader hands on exactly the lines the agent wrote, however the pipe cuts them into reads.
+
+Streams are generated (lines of any length around the cap, with and without a last newline) and read in chunks of
+generated sizes; what the run receives is compared with the lines themselves.
+"""
+
+import queue
+
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from jobs.recording import LINE_HEAD_BYTES, LineReader
+
+
+class Pipe:
+    """A stream whose read1 returns the data in the given chunk sizes (then what is left, then b"")."""
+
+    def __init__(self, data: bytes, cuts: list[int]) -> None:
+        self.data, self.cuts = data, list(cuts)
+
+    def read1(self, size: int) -> bytes:
+        take = min(size, self.cuts.pop(0) if self.cuts else size)
+        chunk, self.data = self.data[:take], self.data[take:]
+        return chunk
+
+
+def expected(data: bytes, max_bytes: int) -> list[tuple]:
+    """Each line as the run must see it: whole with its newline, or (its text over the cap) the first
+    LINE_HEAD_BYTES of its text and its size."""
+    lines = data.split(b"\n")
+    whole = [(text, text + b"\n") for text in lines[:-1]] + ([(lines[-1], lines[-1])] if lines[-1] else [])
+    return [
+        ("oversized", text[:LINE_HEAD_BYTES], len(line)) if len(text) > max_bytes else ("line", line)
+        for text, line in whole
+    ]
+
+
+def read_all(data: bytes, cuts: list[int], max_bytes: int) -> list[tuple]:
+    inbox: queue.Queue = queue.Queue()
+    LineReader(Pipe(data, cuts), inbox, max_bytes).run()
+    items = [inbox.get_nowait() for _ in range(inbox.qsize())]
+    assert items[-1] == ("eof",) and all(item[0] == "lines" and item[1] for item in items[:-1])
+    return [line for item in items[:-1] for line in item[1]]
+
+
+LINES = st.lists(st.integers(0, 3000).map(lambda n: bytes((97 + i % 26) for i in range(n))), max_size=8).map(b"\n".join)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(
+    data=LINES | LINES.map(lambda d: d + b"\n"),
+    cuts=st.lists(st.integers(1, 4000), max_size=40),
+    max_bytes=st.sampled_from([1, 5, 100, 1024, 1999, 2000, 2500]),
+)
+def test_lines_arrive_whole_or_cut_to_their_head_however_the_reads_fall(data, cuts, max_bytes):
+    assert read_all(data, cuts, max_bytes) == expected(data, max_bytes)
+
+
+def test_a_flood_of_small_lines_is_one_hand_off_per_read():
+    data = b"".join(b'{"type": "text", "n": %d}\n' % n for n in range(3000))
+    inbox: queue.Queue = queue.Queue()
+    LineReader(Pipe(data, [len(data) // 3] * 3), inbox, 1024).run()
+    assert inbox.qsize() == 4  # three reads' worth of lines, then the end
+    assert sum(len(inbox.get_nowait()[1]) for _ in range(3)) == 3000
