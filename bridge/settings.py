@@ -165,13 +165,18 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 # channels-redis blocks 5 s per read of a channel; redis-py (8+) gives up on a socket read after 5 s by default, so a
 # listener idle that long would fail and reconnect every 5 s. Reads may take longer (`?socket_timeout=N` wins).
 REDIS_SOCKET_TIMEOUT_S = 15
-if REDIS_URL:
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": REDIS_SOCKET_TIMEOUT_S}]},
-        }
+
+
+def redis_channel_layer(url: str) -> dict:
+    """The channel layer over the Redis at `url`: what REDIS_URL configures, and what the tests configure."""
+    return {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [{"address": url, "socket_timeout": REDIS_SOCKET_TIMEOUT_S}]},
     }
+
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {"default": redis_channel_layer(REDIS_URL)}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 

@@ -20,6 +20,7 @@ import psutil
 import pytest
 from channels.layers import channel_layers
 
+from bridge.settings import redis_channel_layer
 from jobs import actions, doorbell
 from jobs.models import PermissionRequest, TaskEvent
 from jobs.vocabulary import Status
@@ -39,10 +40,7 @@ def redis_settings(settings):
         redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
     except redis.RedisError as exc:
         skip_or_fail(f"Redis is not reachable at {REDIS_URL} (set REDIS_URL or BRIDGE_TEST_REDIS_URL): {exc}")
-    host = {"address": REDIS_URL, "socket_timeout": settings.REDIS_SOCKET_TIMEOUT_S}  # as bridge/settings.py has it
-    settings.CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [host]}}
-    }
+    settings.CHANNEL_LAYERS = {"default": redis_channel_layer(REDIS_URL)}  # as REDIS_URL configures it
     return REDIS_URL
 
 

@@ -18,6 +18,7 @@ from django.db import connection
 from django.test import AsyncClient, Client
 
 from bridge.asgi import application
+from bridge.settings import redis_channel_layer
 from jobs import actions, doorbell
 from jobs.hints import manage_command
 from tests.support import make_task, skip_or_fail
@@ -315,7 +316,7 @@ def redis_url(tmp_path):
 def test_a_separate_process_rings_through_redis(work_root, token, settings, redis_url):
     """The consumer's own poll is set to 60 s, so only a ring through Redis can deliver these events in time."""
     settings.CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [redis_url]}}
+        "default": redis_channel_layer(redis_url)  # with the socket timeout a blocking read needs (redis-py 8)
     }
     settings.BRIDGE_POLL_S = 60
     task = make_task("say hi")
