@@ -135,8 +135,8 @@ def test_a_client_that_leaves_mid_request_is_not_answered():
     cuts=st.lists(st.integers(0, 400), max_size=5),
 )
 def test_a_create_sent_in_pieces_arrives_whole(work_root, token, prompt, cuts):
-    """Through the ASGI app runbridge serves: the JSON body in any pieces, the answer one response. (work_root is
-    only read: the same directory serves every example.)"""
+    """Through the ASGI app runbridge serves: the JSON body in any pieces, the answer one response. (work_root and
+    the token are only read, so one of each serves every example.)"""
     from bridge.asgi import application
 
     body = json.dumps({"prompt": prompt, "cwd": str(work_root)}).encode()
@@ -153,7 +153,7 @@ def test_a_create_sent_in_pieces_arrives_whole(work_root, token, prompt, cuts):
         ],
     }
 
-    async def create() -> tuple[dict, list[dict]]:
+    async def create() -> tuple[dict, dict]:
         communicator = ApplicationCommunicator(application, scope)
         for message in chunked(body, cuts):
             await communicator.send_input(message)
