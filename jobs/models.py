@@ -95,10 +95,6 @@ class TaskEventQuerySet(models.QuerySet):
 
 
 class WorkerQuerySet(models.QuerySet):
-    def live(self, stale_after: timedelta) -> "WorkerQuerySet":
-        """Supervisors that have not stopped and whose heartbeat is fresher than `stale_after`."""
-        return self.filter(stopped_at__isnull=True, heartbeat_at__gte=timezone.now() - stale_after)
-
     def recent(self, within: timedelta) -> "WorkerQuerySet":
         """Supervisors alive at some time in the last `within`, stopped since or not."""
         return self.filter(heartbeat_at__gte=timezone.now() - within)

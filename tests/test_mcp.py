@@ -603,7 +603,7 @@ def test_a_killed_supervisors_job_is_orphaned_by_the_very_next_read(mcp_env, wor
             os.killpg(task.pid, signal.SIGKILL)  # the agent too, whatever the parent-death signal did
     finally:
         proc.kill()
-    assert worker in list(Worker.objects.live(actions.WORKER_STALE_AFTER)), (
+    assert heartbeat_alone_calls_alive(Worker.objects.get(pk=worker.pk)), (
         "its heartbeat is still fresh: heartbeat age alone calls it alive"
     )
 
@@ -641,12 +641,17 @@ def a_worker(name: str, *, host: str | None = None, create_time: float = 0.0, he
     )
 
 
+def heartbeat_alone_calls_alive(worker: Worker) -> bool:
+    """What a peer on another host concludes from the row alone (Worker.may_be_alive, no process to ask)."""
+    return worker.may_be_alive(timezone.now(), actions.WORKER_STALE_AFTER, "another host", timedelta(0))
+
+
 def test_reads_settle_orphans_and_kill_an_agent_that_outlived_its_supervisor(transactional_db, work_root):
     agent = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         dead = a_worker("here:dead")
         task = running_task(dead, agent.pid, processes.process_identity(agent.pid))
-        assert dead in list(Worker.objects.live(actions.WORKER_STALE_AFTER)) and dead not in actions.live_supervisors()
+        assert heartbeat_alone_calls_alive(dead) and dead not in actions.live_supervisors()
         read = actions.get_task(str(task.public_id))
         assert read.status == Status.ORPHANED
         assert read.error.startswith(f"its supervisor (here:dead, pid {os.getpid()}) stopped while the task was")
