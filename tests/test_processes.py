@@ -537,22 +537,63 @@ def test_windows_job_information_has_the_win32_layout():
     assert ctypes.sizeof(ExtendedLimitInformation) == expected
 
 
+# The entry points' rule, in a process of its own: its last step ends that process. With "elsewhere", the main
+# thread blocks the stop signals, so the OS must hand them to another thread, as macOS often does anyway.
+STOPPER = r"""
+import signal, sys, threading
+from jobs import processes
+
+def step(name):
+    return lambda signal_name: print(name, signal_name, flush=True)
+
+if sys.argv[2] == "elsewhere":
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+    signal.pthread_sigmask(signal.SIG_BLOCK, processes.stop_signals())
+with processes.on_stop_signals(step("drain"), step("now") if sys.argv[1] == "with-now" else None):
+    print("ready", flush=True)
+    threading.Event().wait(600)  # as a drain waits: the signals must not need this thread
+"""
+
+
 @pytest.mark.parametrize("with_now", [True, False])
-def test_stop_signals_drain_then_stop_now_then_force_and_are_restored_after(with_now):
-    """The entry points' rule: the first stop signal asks for a drain, the second to stop at once (when the entry
-    point has such a step), and one more forces the exit."""
-    drained: list[str] = []
-    stopped: list[str] = []
-    before = signal.getsignal(signal.SIGTERM)
-    now = stopped.append if with_now else None
-    with pytest.raises(KeyboardInterrupt), processes.on_stop_signals(drained.append, now):
-        os.kill(os.getpid(), signal.SIGTERM)
-        assert drained == ["SIGTERM"], "the first signal asks for a graceful stop"
-        os.kill(os.getpid(), signal.SIGINT)
-        assert stopped == (["SIGINT"] if with_now else []), "the second asks to stop at once"
-        os.kill(os.getpid(), signal.SIGINT)
-    assert drained == ["SIGTERM"] and len(stopped) == with_now
-    assert signal.getsignal(signal.SIGTERM) is before
+@pytest.mark.parametrize("received_by", ["main", "elsewhere"])
+def test_stop_signals_drain_then_stop_now_then_end_the_process(with_now, received_by):
+    """The first stop signal asks for a drain, the second to stop at once (when the entry point has such a step),
+    and one more ends the process. Each acts at once while the main thread is blocked in a long wait, whichever
+    thread the OS gives the signal: Python runs handlers on the main thread only, once it runs Python again."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOPPER, "with-now" if with_now else "without", received_by],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        lines = Lines(proc.stdout)
+        assert lines.next() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        assert lines.next() == "drain SIGTERM"
+        if with_now:
+            proc.send_signal(signal.SIGINT)
+            assert lines.next() == "now SIGINT"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=WAIT_S) == 128 + signal.SIGINT
+    finally:
+        proc.kill()
+    assert "SIGINT again: exiting now" in proc.stderr.read().decode()
+
+
+def test_stop_signal_handlers_and_the_wakeup_socket_are_restored_after():
+    def wakeup_fd() -> int:
+        current = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(current)
+        return current
+
+    before, wakeup_before = {sig: signal.getsignal(sig) for sig in processes.stop_signals()}, wakeup_fd()
+    with processes.on_stop_signals(lambda name: None):
+        assert all(signal.getsignal(sig) is not handler for sig, handler in before.items())
+        assert wakeup_fd() not in (-1, wakeup_before)
+    assert {sig: signal.getsignal(sig) for sig in processes.stop_signals()} == before
+    assert wakeup_fd() == wakeup_before
     assert {s.name for s in processes.stop_signals()} >= {"SIGINT", "SIGTERM"}
 
 

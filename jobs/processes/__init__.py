@@ -10,17 +10,16 @@ caller's: interrupt, then terminate_tree, then kill_tree; and kill_tree once mor
 whatever it left behind.
 """
 
-import contextlib
-import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import IO
 
 from jobs.processes.exits import ExitWatcher
 from jobs.processes.portable import Cwd, Env, PortableBackend
 from jobs.processes.posix import PosixBackend
+from jobs.processes.signals import on_stop_signals, stop_signals
 from jobs.processes.tree import process_identity, same_process
 from jobs.processes.watchdog import Watchdog
 from jobs.processes.windows import Win32, WindowsBackend
@@ -121,36 +120,6 @@ def kill_tagged(tag: str, born_after: float | None = None) -> None:
     """Kill whatever still carries a spawn tag: an agent's descendants after the agent itself is gone. `born_after`
     (the agent's identity, when known) spares reading every older process's environment."""
     get_backend().kill_tagged(tag, born_after)
-
-
-def stop_signals() -> list[signal.Signals]:
-    """The signals that ask a server to stop: Ctrl+C and SIGTERM, and Ctrl+Break where there is one (Windows)."""
-    return [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGBREAK") if hasattr(signal, name)]
-
-
-@contextlib.contextmanager
-def on_stop_signals(drain: Callable[[str], None], now: Callable[[str], None] | None = None) -> Iterator[None]:
-    """While inside: the first stop signal calls `drain(name)` (begin a graceful stop), the second `now(name)` (stop
-    what runs at once, saying why); one more, or the second when there is no `now`, raises KeyboardInterrupt to force
-    the exit. The handlers in place before are restored on the way out."""
-    received: list[str] = []
-
-    def handle(signum: int, frame: object) -> None:
-        name = signal.Signals(signum).name
-        received.append(name)
-        if len(received) == 1:
-            drain(name)
-        elif len(received) == 2 and now is not None:
-            now(name)
-        else:
-            raise KeyboardInterrupt(f"{name} again: stopping now")
-
-    previous = {sig: signal.signal(sig, handle) for sig in stop_signals()}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 # --- web processes that share runbridge's listening socket -------------------------------------------------------
