@@ -247,9 +247,9 @@ BRIDGE_LISTEN_BACKLOG = env_int("BRIDGE_LISTEN_BACKLOG", 1024, minimum=1)
 # requests at once wait their turn (bridge/asgi.py).
 BRIDGE_WEB_THREADS = env_int("BRIDGE_WEB_THREADS", 8, minimum=1)
 # Processes that serve runbridge's port (it and helpers sharing its socket; one on Windows): Python runs one thread at
-# a time per process, so more requests per second need more processes. They ring each other over the local doorbell,
-# which costs a decision or a create a few milliseconds on its way to the supervisor, so one is the default.
-BRIDGE_WEB_PROCESSES = env_int("BRIDGE_WEB_PROCESSES", 1, minimum=1)
+# a time per process, so a second process lets requests use a second core, and serves streams while the first one
+# records output. Two by default where there are two cores; more cost memory a local server rarely repays.
+BRIDGE_WEB_PROCESSES = env_int("BRIDGE_WEB_PROCESSES", min(2, os.cpu_count() or 1), minimum=1)
 BRIDGE_SSE_HEARTBEAT_S = env_int("BRIDGE_SSE_HEARTBEAT_S", 15, minimum=1)
 # A stream client (SSE or websocket) that reads nothing for this long is disconnected: what it has not read is
 # bounded by the connection's buffer (jobs/webserver.py), and a stuck client must not hold a stream forever.

@@ -39,7 +39,6 @@ LATE_S = 0.25
 SHIPPED = {
     "BRIDGE_POLL_S": "0.5",
     "BRIDGE_SSE_HEARTBEAT_S": "15",
-    "BRIDGE_WEB_PROCESSES": "1",
 }
 
 
