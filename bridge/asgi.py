@@ -22,7 +22,7 @@ from django.core.wsgi import get_wsgi_application  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
 from jobs.consumers import SameOriginOnly  # noqa: E402
-from jobs.mcp import McpHttpApp  # noqa: E402
+from jobs.mcp.http_app import McpHttpApp  # noqa: E402
 from jobs.routing import websocket_urlpatterns  # noqa: E402
 from jobs.webserver import PooledDjango  # noqa: E402
 

@@ -855,3 +855,17 @@ def test_the_http_front_door_answers_its_own_failures_in_json(monkeypatch, caplo
     asyncio.run(http_app.McpHttpApp(never_called)(scope, None, send))
     assert sent[0]["status"] == status and json.loads(sent[1]["body"])["code"] == code
     assert (status == 500) == any("MCP over HTTP failed" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_a_web_process_loads_the_mcp_sdk_only_for_a_request_to_mcp(tmp_path):
+    """The SDK costs about 20 MB in every web process (runbridge runs two by default) and most never serve /mcp:
+    serving the rest must not import it. (The HTTP tests above show /mcp working once it loads.)"""
+    code = (
+        "import sys, bridge.asgi; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'mcp', 'starlette', 'sse_starlette', 'uvicorn'}))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bridge.settings", "BRIDGE_DATA_DIR": str(tmp_path)}
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert loaded.strip() == "[]"

@@ -6,28 +6,43 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.http import HttpResponse
-from mcp.server.transport_security import TransportSecuritySettings
 
 from jobs import auth
 from jobs.errors import Unauthenticated
-from jobs.mcp.server import get_server, in_db
+from jobs.mcp.reads import in_db
 from jobs.middleware import database_busy_response, internal_error
 
 logger = logging.getLogger(__name__)
 
 
-def _transport_security() -> TransportSecuritySettings:
+def _transport_security() -> dict:
     """DNS-rebinding protection with Django's ALLOWED_HOSTS: /mcp bypasses Django's own Host check."""
     hosts = list(settings.ALLOWED_HOSTS)
     if "*" in hosts:
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    return TransportSecuritySettings(
-        allowed_hosts=hosts + [f"{host}:*" for host in hosts],
-        allowed_origins=[
+        return {"enable_dns_rebinding_protection": False}
+    return {
+        "allowed_hosts": hosts + [f"{host}:*" for host in hosts],
+        "allowed_origins": [
             f"{scheme}://{host}{port}" for scheme in ("http", "https") for host in hosts for port in ("", ":*")
         ]
         + list(settings.CSRF_TRUSTED_ORIGINS),
+    }
+
+
+def _load_mcp_app() -> tuple[Callable, Callable]:
+    """The SDK's ASGI app for /mcp and its session manager's `run`. Imported here, on first use: the SDK costs about
+    20 MB in every web process, and most never serve /mcp."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from jobs.mcp.server import get_server
+
+    server = get_server()
+    app = server.streamable_http_app(
+        streamable_http_path=McpHttpApp.path,
+        transport_security=TransportSecuritySettings(**_transport_security()),
+        stateless_http=True,  # any web process (or host) may take a client's next request: none keeps a session
     )
+    return app, server.session_manager.run
 
 
 def _refusal(headers: list[tuple[bytes, bytes]]) -> Unauthenticated | None:
@@ -40,19 +55,15 @@ def _refusal(headers: list[tuple[bytes, bytes]]) -> Unauthenticated | None:
 class McpHttpApp:
     """ASGI: /mcp goes to the MCP server (Bearer token required), everything else to `fallback` (Django).
 
-    Daphne runs no ASGI lifespan, so the SDK's session manager is started by the first request and then kept
-    running in a task of its own.
+    The first request with a valid token loads the SDK (off the event loop) and starts its session manager, which
+    then runs in a task of its own: Daphne runs no ASGI lifespan.
     """
 
     path = "/mcp"
 
     def __init__(self, fallback: Callable) -> None:
         self.fallback = fallback
-        self.mcp_app = get_server().streamable_http_app(
-            streamable_http_path=self.path,
-            transport_security=_transport_security(),
-            stateless_http=True,  # any web process (or host) may take a client's next request: none keeps a session
-        )
+        self.mcp_app: Callable | None = None
         self._runner: asyncio.Task | None = None
         self._lock = asyncio.Lock()
 
@@ -85,10 +96,11 @@ class McpHttpApp:
                 if self._runner.done():
                     self._runner.result()  # raises why it stopped: the SDK cannot start it twice
                 return
+            self.mcp_app, run_session_manager = await asyncio.to_thread(_load_mcp_app)
             started = asyncio.Event()
 
             async def run() -> None:
-                async with get_server().session_manager.run():
+                async with run_session_manager():
                     started.set()
                     await asyncio.Event().wait()  # until the process ends
 

@@ -1,4 +1,11 @@
-"""The database reads behind the MCP replies that jobs.actions does not offer: all of them in one place."""
+"""The database reads behind the MCP replies that jobs.actions does not offer: all of them in one place, and
+`in_db`, which runs them (and every other ORM call of the tools) off the event loop."""
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
 
 from jobs import actions
 from jobs.models import PermissionRequest, Task, TaskEvent
@@ -34,3 +41,13 @@ def needs_attention(task_pk: int) -> bool:
 
 def newest_tasks(limit: int) -> list[Task]:
     return list(Task.objects.newest_first()[:limit])
+
+
+def in_db(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """Run a sync function that uses the ORM off the event loop, on a fresh-enough connection."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        close_old_connections()
+        return fn(*args, **kwargs)
+
+    return sync_to_async(wrapped, thread_sensitive=True)

@@ -5,9 +5,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent
@@ -38,12 +36,14 @@ How to work with it:
   nothing was started).
 """
 
-TOOLS: list[Tool] = []  # filled by @tool as jobs.mcp.tools is imported (jobs/mcp/__init__.py imports it first)
+TOOLS: list[Tool] = []  # filled by @tool as jobs.mcp.tools is imported (get_server imports it first)
 
 
 @functools.cache
 def get_server() -> MCPServer:
     """The one server, made once with every tool registered."""
+    from jobs.mcp import tools  # noqa: F401  (importing it registers the tools; here, as it imports this module)
+
     root_handlers, root_level = list(logging.root.handlers), logging.root.level
     server = MCPServer("bridge", instructions=INSTRUCTIONS, version="1", tools=TOOLS)
     # Building the server configures the root logger (a handler, level INFO); Bridge's logging is Django's LOGGING.
@@ -54,16 +54,6 @@ def get_server() -> MCPServer:
 
 class ErrorReport(Exception):
     """A complete reply that reports trouble (hermes_health): sent as it is, flagged is_error."""
-
-
-def in_db(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-    """Run a sync function that uses the ORM off the event loop, on a fresh-enough connection."""
-
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        close_old_connections()
-        return fn(*args, **kwargs)
-
-    return sync_to_async(wrapped, thread_sensitive=True)
 
 
 def _flagged(text: str) -> CallToolResult:

@@ -17,7 +17,8 @@ from pydantic import StrictInt
 from jobs import actions, executors, hermes_skills, paths
 from jobs.errors import BridgeError, InvalidInput, Refused
 from jobs.mcp import full_log, reads, replies, waiting
-from jobs.mcp.server import ErrorReport, in_db, tool
+from jobs.mcp.reads import in_db
+from jobs.mcp.server import ErrorReport, tool
 from jobs.mcp.stdio import supervisor_starter
 from jobs.models import Task
 from jobs.vocabulary import Agent, DecidedVia, Source, Status

@@ -8,7 +8,6 @@ from django.conf import settings
 from jobs import doorbell
 from jobs.errors import InvalidInput
 from jobs.mcp import reads, replies
-from jobs.mcp.server import in_db
 from jobs.models import Task
 
 
@@ -31,7 +30,7 @@ async def until_attention(task: Task, wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
     waiter = doorbell.AsyncWaiter(str(task.public_id))
     try:
-        while not await in_db(reads.needs_attention)(task.pk):
+        while not await reads.in_db(reads.needs_attention)(task.pk):
             left = deadline - time.monotonic()
             if left <= 0:
                 return

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from jobs import executors
-from jobs.mcp import serve_stdio
+from jobs.mcp.stdio import serve_stdio
 
 log = logging.getLogger("jobs")
 
