@@ -239,6 +239,7 @@ def bridge_server(settings, tmp_path, work_root):
         BRIDGE_DB_POOL_SIZE=str(SERVER_POOL),
         BRIDGE_DB_POOL_TIMEOUT_S="0.5",
         BRIDGE_DB_RETRY_AFTER_S="1",
+        BRIDGE_WEB_PROCESSES="1",  # the pool is per process: one process, so its pool is the server's
         PGAPPNAME=SERVER_APP,  # its PostgreSQL connections are counted by this name
     )
     server = WebProcess(env, tmp_path / "runbridge.log")
