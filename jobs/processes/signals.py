@@ -56,7 +56,13 @@ def _listen(receiver: socket.socket, drain: Callable[[str], None], now: Callable
     """Count the stop signals as their numbers arrive (other handled signals write theirs too) and act on each."""
     numbers = {int(sig) for sig in stop_signals()}
     received = 0
-    while data := receiver.recv(64):
+    while True:
+        try:
+            data = receiver.recv(64)
+        except OSError:  # Windows' socketpair is TCP: a closed end may read as a reset, not as end-of-file
+            return
+        if not data:
+            return
         for number in data:
             if number not in numbers:
                 continue
@@ -68,7 +74,7 @@ def _listen(receiver: socket.socket, drain: Callable[[str], None], now: Callable
             try:
                 step(name)
             except Exception:
-                log.exception("stopping on %s failed; another stop signal ends the process at once", name)
+                log.exception("acting on %s failed; the next stop signal takes the next step", name)
 
 
 def _exit_now(name: str, number: int) -> NoReturn:
