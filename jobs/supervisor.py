@@ -37,6 +37,9 @@ ORPHAN_SCAN_S = 30.0
 EXIT_DRAIN_S = 5.0  # after the child exits, how long to wait for the end of its stdout (a grandchild may hold it)
 HELD_OUTPUT_GRACE_S = 0.2  # after the child exits with its stdout still open, when what holds it open is killed
 IDLE_WAIT_S = 60.0  # the longest a run waits with nothing due: a last net under its doorbell and the sweep
+# The longest the next claim waits for the last run's agent to start (a cwd on a hung network file system can stall a
+# start): claiming meanwhile would compete with that start for the interpreter (one thread of Python at a time).
+START_WAIT_S = 2.0
 
 
 # --- plain data for the runners ---------------------------------------------------------------------------------
@@ -115,6 +118,7 @@ class TaskRun(threading.Thread):
         super().__init__(daemon=True, name=f"task-{task.public_id}")
         self.supervisor = supervisor
         self.done = threading.Event()  # its end is recorded: set just before it wakes the supervisor
+        self.agent_started = threading.Event()  # its agent is started and recorded, or it could not start
         self.task = task
         self.inbox: queue.Queue = queue.Queue(maxsize=INBOX_SIZE)
         self.proc: subprocess.Popen | None = None
@@ -168,8 +172,12 @@ class TaskRun(threading.Thread):
             self.supervisor.wake()
 
     def _run(self) -> None:
-        self.runner = runner_for(run_spec(self.task))
-        if not self._spawn():
+        try:
+            self.runner = runner_for(run_spec(self.task))
+            spawned = self._spawn()
+        finally:
+            self.agent_started.set()
+        if not spawned:
             return
         self._pump()
         if not self.abandoned:
@@ -623,10 +631,13 @@ class Supervisor:
             self._start_run(task)
 
     def _start_run(self, task: Task) -> None:
+        """Start the task's run and wait (up to START_WAIT_S) until its agent has started: the next claim would slow
+        that start down by half (measured: claim → spawned p50 6.5 ms while claiming on, 4.2 ms without)."""
         run = TaskRun(self, task)
         self.runs[task.pk] = run
         self.started.add(task.pk)
         run.start()
+        run.agent_started.wait(START_WAIT_S)
 
     def _settle_own_tasks(self) -> None:
         """Tasks recorded as running under this supervisor with no TaskRun here. A claim whose answer was lost (the

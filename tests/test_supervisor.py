@@ -1,5 +1,6 @@
 """The supervisor with the fake stream-json agent: queue, caps, stops, limits, crashes and orphans."""
 
+import itertools
 import json
 import os
 import signal
@@ -104,6 +105,21 @@ def test_timeout(supervisor):
     assert task.status == Status.TIMEOUT
     assert "timeout of 1 s" in task.error
     assert "working" in [e.data.get("text") for e in actions.events_since(task)]
+
+
+def test_each_claim_waits_until_the_last_claimed_agent_has_started(transactional_db, work_root, fake_agent, request):
+    """Claiming goes on only once the run before has started its agent (or failed to): a claim running beside a
+    start competes with it for the interpreter and slows it down."""
+    tasks = [make_task(f"say task {n}") for n in range(4)]
+    request.getfixturevalue("supervisor")  # starts now, with all four queued
+    tasks = [wait_for(task) for task in tasks]
+    moments = {}
+    for task in tasks:
+        for event in actions.events_since(task):
+            if event.kind == "spawned" or (event.kind == "status" and event.data["status"] == Status.RUNNING):
+                moments[task.pk, event.kind] = event.created_at
+    for earlier, later in itertools.pairwise(tasks):
+        assert moments[earlier.pk, "spawned"] <= moments[later.pk, "status"], "claimed before the last agent started"
 
 
 def test_cancel_queued_task_leaves_the_queue(transactional_db, work_root):
