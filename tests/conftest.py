@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import server_logs
 from tests.support import database_url, fake_agent_script
 
 
@@ -60,3 +61,14 @@ def mcp_env(transactional_db, work_root, fake_agent, settings, tmp_path) -> dict
         "HERMES_HOME": str(tmp_path / "hermes-home"),
         "ANTHROPIC_API_KEY": "unused-by-the-fake-agent",  # so jobs/executors.py counts Claude as logged in
     }
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test's report ends with the last lines of every Bridge server it had running (before its fixtures
+    stop them), so a failure seen once in CI can be read there."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for path in sorted(server_logs.RUNNING):
+            report.sections.append((f"log of the server in {path.parent.name} (last lines)", server_logs.tail(path)))

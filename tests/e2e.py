@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests import server_logs
 from tests.fakes.claude_env import offline_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -143,6 +144,7 @@ class BridgeServer:
             text=True,
         )
         log.close()
+        server_logs.RUNNING.add(self.log_path)
         found = threading.Event()
 
         def read_stdout() -> None:
@@ -177,6 +179,7 @@ class BridgeServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+        server_logs.RUNNING.discard(self.log_path)
 
     def output(self) -> str:
         """Everything the server printed so far (for failure messages)."""

@@ -16,6 +16,7 @@ import pytest
 
 from jobs import actions, doorbell
 from jobs.models import Task
+from tests import server_logs
 from tests.e2e import run_manage
 
 REPO = Path(__file__).resolve().parent.parent
@@ -216,6 +217,7 @@ class WebProcess:
                 stderr=log,
                 text=True,
             )
+        server_logs.RUNNING.add(log_path)
         self.url = ""
         found = threading.Event()
 
@@ -237,6 +239,7 @@ class WebProcess:
 
     def stop(self) -> None:
         stop_process(self.proc)
+        server_logs.RUNNING.discard(self.log_path)
 
 
 def redis_or_skip(url: str) -> str:
