@@ -377,8 +377,8 @@ class _LocalBell:
                 log.warning("doorbell: stopped hearing other local processes: %s", exc)
                 return
             key = data.decode("utf-8", errors="replace")
-            if key:
-                ring_now(key)
+            for each in rung_by(key) if key else ():
+                ring_now(each)
 
     def send(self, key: str) -> None:
         data = key.encode()[:MAX_KEY_BYTES]
@@ -420,15 +420,19 @@ def listen_across_processes() -> Callable[[], None]:
     return _listener.start()
 
 
+def rung_by(key: str) -> list[str]:
+    """The keys one ring rings: a task's news is also news for the task list."""
+    return [key] if key in (QUEUE, TASKS) else [key, TASKS]
+
+
 def _deliver(key: str) -> None:
-    keys = [key] if key in (QUEUE, TASKS) else [key, TASKS]
     spans = layer_spans_processes()
-    for each in keys:
+    for each in rung_by(key):
         ring_now(each)
         if spans:
             announce(each)
-        else:
-            _local.send(each)
+    if not spans:
+        _local.send(key)  # one datagram: the receiver rings what it rings (`_receive`), waking each process once
 
 
 def ring(key: str) -> None:

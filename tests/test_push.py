@@ -103,6 +103,33 @@ def test_the_local_doorbell_names_only_live_processes_and_skips_its_own_port(set
         peer.close()
 
 
+def test_a_task_ring_is_one_datagram_that_also_rings_the_task_list_where_it_arrives(settings, tmp_path, monkeypatch):
+    """Every ring of a task is news for the task list too: the receiver rings both, so each process is sent one
+    datagram per ring and woken once."""
+    settings.DATA_DIR = tmp_path
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    (tmp_path / "doorbell").mkdir()
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    peer.settimeout(10)
+    (tmp_path / "doorbell" / f"{os.getpid()}-{peer.getsockname()[1]}").touch()
+    bell = doorbell._LocalBell()
+    bell.listen()
+    monkeypatch.setattr(doorbell, "_local", bell)
+    heard = {key: threading.Event() for key in ("some-task", doorbell.TASKS)}
+    unsubscribes = [doorbell.subscribe(key, event.set, remote=False) for key, event in heard.items()]
+    try:
+        doorbell._deliver("task-key")
+        doorbell._deliver("the-next-ring")
+        assert [peer.recvfrom(512)[0] for _ in range(2)] == [b"task-key", b"the-next-ring"]
+        peer.sendto(b"some-task", ("127.0.0.1", bell._own[0].getsockname()[1]))
+        assert all(event.wait(10) for event in heard.values()), "the task and the task list are both rung"
+    finally:
+        for unsubscribe in unsubscribes:
+            unsubscribe()
+        peer.close()
+
+
 def test_a_decision_reaches_the_agent_in_another_process_at_once(pushed_supervisor, work_root):
     clock = shutil.which("date")
     task = make_task(f'say ready\nask Bash {{"command": "{clock} +%s.%N"}}\nsay after')
