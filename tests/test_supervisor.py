@@ -122,6 +122,27 @@ def test_each_claim_waits_until_the_last_claimed_agent_has_started(transactional
         assert moments[earlier.pk, "spawned"] <= moments[later.pk, "status"], "claimed before the last agent started"
 
 
+def test_supervisors_in_one_process_claim_only_what_each_serves(transactional_db, tmp_path, settings):
+    """A claim's SQL is built once per roots and names: supervisors that differ in either never share it."""
+    a, b = (tmp_path / "a", tmp_path / "b")
+    for root in (a, b):
+        root.mkdir()
+    settings.BRIDGE_ALLOWED_ROOTS = [a]
+    sup_a = actions.register_worker(4, name="sup-a")
+    settings.BRIDGE_ALLOWED_ROOTS = [b]
+    sup_b = actions.register_worker(4, name="sup-b", labels=["gpu"])
+    settings.BRIDGE_ALLOWED_ROOTS = [a, b]
+    make_task("in a", cwd=str(a))
+    make_task("in a, for sup-b", cwd=str(a), target="sup-b")
+    make_task("in b", cwd=str(b))
+    make_task("in b, for gpu", cwd=str(b), target="gpu")
+    claimed: dict[str, list[str]] = {"sup-a": [], "sup-b": []}
+    for worker in (sup_a, sup_b, sup_a, sup_b, sup_a, sup_b):
+        if (task := actions.claim_next_task(worker)) is not None:
+            claimed[worker.name].append(task.prompt)
+    assert claimed == {"sup-a": ["in a"], "sup-b": ["in b", "in b, for gpu"]}
+
+
 def test_cancel_queued_task_leaves_the_queue(transactional_db, work_root):
     task = make_task("say hi")
     task = actions.request_cancel(task, reason="not needed")

@@ -14,7 +14,7 @@ from django.utils import timezone
 from jobs import doorbell, paths, rows
 from jobs.actions.events import append_events, status_event
 from jobs.actions.permissions import cancel_open_permissions
-from jobs.actions.workers import servable_by, serves, wait_reason, worker_is_alive
+from jobs.actions.workers import answers_to, servable_by, serves, wait_reason, worker_is_alive
 from jobs.models import AgentSession, PermissionRequest, Task, TaskEvent, Worker
 from jobs.vocabulary import Agent, Status
 
@@ -36,6 +36,8 @@ CUMULATIVE_FIELDS: dict[str, tuple[str, ...]] = {Agent.CLAUDE: ("cost_usd",)}
 BASE_SEARCH_LIMIT = 50
 # Queued tasks a claim looks through for one this supervisor serves, where rows are not locked (SQLite).
 CLAIM_LOOKAHEAD = 50
+_queued_statements: dict[tuple, tuple[str, tuple]] = {}  # a claim's SELECT per (database, roots, names): _queued_for
+TAKEN_FIELDS = ("status", "worker", "started_at", "wait_reason")  # what a claim sets (_take)
 # How often one process looks at the whole queue for tasks no live supervisor can serve (see explain_waits).
 EXPLAIN_WAITS_EVERY_S = 2.0
 _explained_at = {"t": float("-inf")}
@@ -61,26 +63,46 @@ def claim_next_task(worker: Worker) -> Task | None:
 
 def _claim_one(worker: Worker) -> Task | None:
     with transaction.atomic():
-        queued = Task.objects.queued_in_order().filter(servable_by(worker))
-        looked_at = queued.values_list("pk", "cwd", "target")
-        if connection.features.has_select_for_update_skip_locked:
-            looked_at = looked_at.select_for_update(skip_locked=True)[:1]  # PostgreSQL: LIKE is exact, the first serves
-        else:
-            looked_at = looked_at[:CLAIM_LOOKAHEAD]
-        candidate = next((pk for pk, cwd, target in looked_at if serves(worker, cwd, target)), None)
-        if candidate is None:
-            return None
-        claimed = (
-            Task.objects.queued_in_order()
-            .filter(pk=candidate)
-            .update(status=Status.RUNNING, worker=worker, started_at=timezone.now(), wait_reason="")
-        )
-        if not claimed:
+        candidate = next((pk for pk, cwd, target in _queued_for(worker) if serves(worker, cwd, target)), None)
+        if candidate is None or not _take(candidate, worker):
             return None
         [task] = rows.select(Task, id=candidate)
         rows.attach(task, "session")  # the run reads it: a follow-up resumes its session
         append_events(task, [status_event(task, worker=worker.name)])
     return task
+
+
+def _queued_for(worker: Worker) -> list[tuple[int, str, str]]:
+    """(pk, cwd, target) of the first queued tasks `worker` may serve, oldest first: on PostgreSQL the first one not
+    locked by another claim (LIKE is exact there), locked; elsewhere up to CLAIM_LOOKAHEAD. A supervisor claims after
+    every ring, and the SQL depends only on its roots and names, so the ORM builds it once per process."""
+    key = (connection.alias, connection.vendor, tuple(worker.roots or ()), tuple(sorted(answers_to(worker))))
+    statement = _queued_statements.get(key)
+    if statement is None:
+        queued = Task.objects.queued_in_order().filter(servable_by(worker)).values_list("pk", "cwd", "target")
+        if connection.features.has_select_for_update_skip_locked:
+            queued = queued.select_for_update(skip_locked=True)[:1]
+        else:
+            queued = queued[:CLAIM_LOOKAHEAD]
+        statement = _queued_statements[key] = queued.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(*statement)
+        return cursor.fetchall()
+
+
+def _take(pk: int, worker: Worker) -> bool:
+    """Mark a queued task running under `worker`; False when another claim took it first. One UPDATE, written here for
+    the reason `_queued_for` is built once."""
+    meta, quote = Task._meta, connection.ops.quote_name
+    status, worker_id, started_at, wait = (quote(meta.get_field(name).column) for name in TAKEN_FIELDS)
+    sql = (
+        f"UPDATE {quote(meta.db_table)} SET {status} = %s, {worker_id} = %s, {started_at} = %s, {wait} = ''"
+        f" WHERE {quote(meta.pk.column)} = %s AND {status} = %s"
+    )
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [Status.RUNNING, worker.pk, now, pk, Status.QUEUED])
+        return cursor.rowcount == 1
 
 
 def local_cwd_refusal(worker: Worker, cwd: str) -> str | None:
