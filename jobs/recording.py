@@ -131,7 +131,9 @@ class Recorder:
     outage's backoff. A write whose try failed may have been committed all the same (the connection can drop during
     COMMIT), so before it is written again the database is asked whether it is there: nothing is recorded twice.
     The events held are bounded by BRIDGE_DB_BUFFER_BYTES and HELD_EVENTS_MAX (reached only while the database is
-    away or slow); past either only KEPT_WHILE_AWAY kinds are kept, and one `truncated` event counts the rest.
+    away or slow); past either only KEPT_WHILE_AWAY kinds are kept, and a `truncated` event counts the rest. It
+    grows until a try to write it fails; that try may have committed it as it was, so what is dropped after it is
+    counted by a new one: together they count every event dropped.
     """
 
     def __init__(self, task: Task, on_recorded: Callable[[PermissionRequest], None]) -> None:

@@ -26,6 +26,7 @@ from django.db import DatabaseError, IntegrityError, InterfaceError, Operational
 
 from jobs import actions, processes
 from jobs.models import PermissionRequest, Task, TaskEvent
+from jobs.recording import Recorder
 from jobs.resilience import Backoff, Outage, is_transient, retry
 from jobs.supervisor import Supervisor, TaskRun
 from jobs.vocabulary import Status
@@ -293,12 +294,51 @@ def test_output_held_while_the_database_is_away_is_bounded_and_what_was_dropped_
     assert task.status == Status.DONE
     events = actions.events_since(task, 0, 10_000)
     notes = [e.data for e in events if e.kind == "truncated"]
-    assert len(notes) == 1 and notes[0]["events"] == run.rec.dropped
-    assert "BRIDGE_DB_BUFFER_BYTES" in notes[0]["reason"]
+    # One note, or one more after each failed try of the write holding the last (a tried write cannot change).
+    assert notes and sum(note["events"] for note in notes) == run.rec.dropped
+    assert all("BRIDGE_DB_BUFFER_BYTES" in note["reason"] for note in notes)
     assert [e.kind for e in events].count("result") == 1, "the essential events are kept"
     kept = texts(task)
     assert kept[0] == "before" and "after" not in kept and 0 < len(kept) - 1 < 2000
     assert_gap_free(task)
+
+
+@pytest.mark.parametrize("failed_tries", [0, 1, 3])
+def test_drops_after_a_failed_try_are_counted_by_a_new_note_and_the_notes_count_them_all(
+    transactional_db, work_root, monkeypatch, settings, failed_tries
+):
+    """A `truncated` note grows until the write holding it is tried; that try may have committed it, so later drops
+    start a new note, which grows while the writes before it keep failing. Together they count every drop."""
+    settings.BRIDGE_DB_BUFFER_BYTES = 1000
+    task = make_task("say hi")
+    away = threading.Event()
+    away.set()
+    real = actions.append_events
+
+    def append_unless_away(task, events):
+        if away.is_set():
+            raise OperationalError("database is locked")
+        return real(task, events)
+
+    monkeypatch.setattr(actions, "append_events", append_unless_away)
+    fake = FakeTime()
+    rec = Recorder(task, on_recorded=lambda perm: None)
+    rec.outage = Outage("unit", clock=fake.clock)
+    line = [("text", {"text": "x" * 50})]
+    rec.add_events(line * 3, size=900)  # held: within the buffer
+    dropped = []
+    for _ in range(failed_tries + 1):
+        rec.add_events(line * (len(dropped) + 2), size=900)  # past the buffer: dropped, counted by the open note
+        dropped.append(len(dropped) + 2)
+        if len(dropped) <= failed_tries:
+            assert not rec.flush(), "the database is away"
+            fake.sleep(rec.outage.wait())
+    away.clear()
+    assert rec.flush()
+    notes = [e.data for e in actions.events_since(task) if e.kind == "truncated"]
+    expected = [sum(dropped)] if not failed_tries else [dropped[0], sum(dropped[1:])]
+    assert [note["events"] for note in notes] == expected
+    assert [e.kind for e in actions.events_since(task)].count("text") == 3
 
 
 # --- SQLite: another process holds the write lock -----------------------------------------------------------------
