@@ -271,10 +271,8 @@ def test_a_claim_committed_though_its_answer_was_lost_still_runs(supervisor, mon
     ]
 
 
-def test_output_held_while_the_database_is_away_is_bounded_and_what_was_dropped_is_counted(
-    supervisor, monkeypatch, settings
-):
-    settings.BRIDGE_DB_BUFFER_BYTES = 64 * 1024
+def appends_fail_while_set(monkeypatch) -> threading.Event:
+    """Make appending events fail as a locked SQLite does while the returned event is set (it starts set)."""
     away = threading.Event()
     away.set()
     real = actions.append_events
@@ -285,6 +283,14 @@ def test_output_held_while_the_database_is_away_is_bounded_and_what_was_dropped_
         return real(task, events)
 
     monkeypatch.setattr(actions, "append_events", append_unless_away)
+    return away
+
+
+def test_output_held_while_the_database_is_away_is_bounded_and_what_was_dropped_is_counted(
+    supervisor, monkeypatch, settings
+):
+    settings.BRIDGE_DB_BUFFER_BYTES = 64 * 1024
+    away = appends_fail_while_set(monkeypatch)
     task = make_task("say before\nflood 2000 200\nsay after")
     run = wait_until(lambda: supervisor.runs.get(task.pk), what="the run to start")
     wait_until(lambda: run.rec.dropped > 0 and run.eof, what="the flood to be read while the database is away")
@@ -311,16 +317,7 @@ def test_drops_after_a_failed_try_are_counted_by_a_new_note_and_the_notes_count_
     start a new note, which grows while the writes before it keep failing. Together they count every drop."""
     settings.BRIDGE_DB_BUFFER_BYTES = 1000
     task = make_task("say hi")
-    away = threading.Event()
-    away.set()
-    real = actions.append_events
-
-    def append_unless_away(task, events):
-        if away.is_set():
-            raise OperationalError("database is locked")
-        return real(task, events)
-
-    monkeypatch.setattr(actions, "append_events", append_unless_away)
+    away = appends_fail_while_set(monkeypatch)
     fake = FakeTime()
     rec = Recorder(task, on_recorded=lambda perm: None)
     rec.outage = Outage("unit", clock=fake.clock)
