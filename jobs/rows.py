@@ -9,19 +9,22 @@ Every REST request, permission answer, stream batch and run woken by a ring make
 `select` reads whole rows of a model by equality (and at most one "greater than") on its columns, with the SQL text
 kept per shape, the values prepared by each field as the ORM prepares them, and each column converted back as the
 ORM converts it, so what it returns are ordinary model instances (they save, refresh and follow relations as any
-other). `refresh` and `attach` stand in for `refresh_from_db` and `select_related` on those reads. Everything else,
-and every write, stays with the ORM.
+other). `refresh` and `attach` stand in for `refresh_from_db` and `select_related` on those reads. `compiled` runs
+a query the ORM builds (any filter it can express) with the SQL it built the first time, for a query whose SQL
+depends only on a key the caller gives (the claim's). Everything else, and every write, stays with the ORM.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
 
 from django.db import connections
-from django.db.models import Field, Model
+from django.db.models import Field, Model, QuerySet
 from django.db.models.expressions import Col
 
 M = TypeVar("M", bound=Model)
+_compiled_statements: dict[tuple, tuple[str, tuple]] = {}  # see `compiled`
 
 
 def select(
@@ -48,6 +51,20 @@ def select(
     with connection.cursor() as cursor:
         cursor.execute(statement.sql, params)
         return [model.from_db(using, statement.attnames, _converted(row, statement, connection)) for row in cursor]
+
+
+def compiled(key: tuple, build: Callable[[], QuerySet], using: str = "default") -> list[tuple]:
+    """The rows of `build()`, a `values_list` query whose SQL and parameters depend only on `key` (and the database):
+    the ORM compiles it the first time, and later calls run that SQL as it was. Columns come back as the database
+    gives them, so it suits columns the ORM does not convert (ids, text)."""
+    connection = connections[using]
+    full_key = (using, connection.vendor, *key)
+    statement = _compiled_statements.get(full_key)
+    if statement is None:
+        statement = _compiled_statements[full_key] = build().query.get_compiler(using).as_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(*statement)
+        return cursor.fetchall()
 
 
 def refresh(instance: Model, using: str = "default") -> None:

@@ -172,3 +172,21 @@ def test_refresh_reads_every_column_again_as_refresh_from_db_does(data):
     finally:
         for model in MODELS:
             model.objects.all().delete()
+
+
+def test_compiled_runs_the_sql_the_orm_built_first_for_its_key(tmp_path):
+    """A query is built once per key and read with that SQL after, so rows added later are seen; another key builds
+    its own."""
+    made = [Task.objects.create(prompt=f"p{n}", cwd=str(tmp_path), agent="claude") for n in range(3)]
+    builds: list[str] = []
+
+    def build(prompt: str):
+        builds.append(prompt)
+        return Task.objects.filter(prompt=prompt).values_list("pk", "prompt")
+
+    key = ("test", "p0")
+    assert rows.compiled(key, lambda: build("p0")) == [(made[0].pk, "p0")]
+    again = Task.objects.create(prompt="p0", cwd=str(tmp_path), agent="claude")
+    assert rows.compiled(key, lambda: build("never built")) == [(made[0].pk, "p0"), (again.pk, "p0")]
+    assert rows.compiled(("test", "p1"), lambda: build("p1")) == [(made[1].pk, "p1")]
+    assert builds == ["p0", "p1"]

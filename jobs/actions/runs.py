@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from jobs import doorbell, paths, rows
@@ -36,7 +36,6 @@ CUMULATIVE_FIELDS: dict[str, tuple[str, ...]] = {Agent.CLAUDE: ("cost_usd",)}
 BASE_SEARCH_LIMIT = 50
 # Queued tasks a claim looks through for one this supervisor serves, where rows are not locked (SQLite).
 CLAIM_LOOKAHEAD = 50
-_queued_statements: dict[tuple, tuple[str, tuple]] = {}  # a claim's SELECT per (database, roots, names): _queued_for
 TAKEN_FIELDS = ("status", "worker", "started_at", "wait_reason")  # what a claim sets (_take)
 # How often one process looks at the whole queue for tasks no live supervisor can serve (see explain_waits).
 EXPLAIN_WAITS_EVERY_S = 2.0
@@ -76,18 +75,14 @@ def _queued_for(worker: Worker) -> list[tuple[int, str, str]]:
     """(pk, cwd, target) of the first queued tasks `worker` may serve, oldest first: on PostgreSQL the first one not
     locked by another claim (LIKE is exact there), locked; elsewhere up to CLAIM_LOOKAHEAD. A supervisor claims after
     every ring, and the SQL depends only on its roots and names, so the ORM builds it once per process."""
-    key = (connection.alias, connection.vendor, tuple(worker.roots or ()), tuple(sorted(answers_to(worker))))
-    statement = _queued_statements.get(key)
-    if statement is None:
+
+    def build() -> QuerySet:
         queued = Task.objects.queued_in_order().filter(servable_by(worker)).values_list("pk", "cwd", "target")
         if connection.features.has_select_for_update_skip_locked:
-            queued = queued.select_for_update(skip_locked=True)[:1]
-        else:
-            queued = queued[:CLAIM_LOOKAHEAD]
-        statement = _queued_statements[key] = queued.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(*statement)
-        return cursor.fetchall()
+            return queued.select_for_update(skip_locked=True)[:1]
+        return queued[:CLAIM_LOOKAHEAD]
+
+    return rows.compiled(("claim", tuple(worker.roots or ()), tuple(sorted(answers_to(worker)))), build)
 
 
 def _take(pk: int, worker: Worker) -> bool:
