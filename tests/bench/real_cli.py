@@ -16,12 +16,15 @@ A Bridge run counts as a late finish when it took LATE_S or more beyond its mode
 time down by the commit times of its events (create → spawned, spawned → the CLI's `result`, of which the permission
 request → the tool's result, `result` → the task done, done → the client's `end`) beside the direct run's start →
 `result`, request read → tool result and `result` → exit; and give the server process's CPU time per task (psutil:
-on 2 cores it competes with the CLI's node process).
+on 2 cores it competes with the CLI's node process). They also give the ratio's 90 % interval (`ratio_interval`):
+the CLI's own run varies by tens of milliseconds from one run to the next, as much as Bridge's whole part, so a
+ratio a hair over or under the goal may be noise, and the interval says how much.
 """
 
 import argparse
 import itertools
 import json
+import random
 import subprocess
 import sys
 import tempfile
@@ -153,12 +156,28 @@ def run_through_bridge(bridge: BridgeServer, cwd: Path, made: Path, mode: str, r
     )
 
 
+def ratio_interval(through: list[float], direct: list[float], share: float = 0.9) -> tuple[float, float]:
+    """The p50 ratio's `share` interval by the bootstrap: the interleaved pairs resampled with replacement (seeded, so
+    the same runs always give the same interval)."""
+    pairs = list(zip(through, direct, strict=True))
+    draw = random.Random(0)
+    ratios = []
+    for _ in range(2000):
+        sample = draw.choices(pairs, k=len(pairs))
+        ratios.append(p50([bridge for bridge, _ in sample]) / p50([alone for _, alone in sample]))
+    ratios.sort()
+    cut = int(len(ratios) * (1 - share) / 2)
+    return ratios[cut], ratios[-cut - 1]
+
+
 def rows(mode: str, through: Runs, direct: Runs) -> list[Row]:
     median = p50(through.total)
     late = sum(1 for seconds in through.total if seconds >= median + LATE_S)
     what = "one approved tool" if mode == "approve" else "one tool, bypass"
     b, d = through.phase_ms, direct.phase_ms
+    low, high = ratio_interval(through.total, direct.total)
     note = (
+        f"90 % interval of the ratio {low:.3f}–{high:.3f} (bootstrap over the {len(through.total)} pairs). "
         f"Bridge p50 {median * 1000:.0f} ms, direct p50 {p50(direct.total) * 1000:.0f} ms (direct answers the control "
         f"request itself). Bridge [direct]: create → spawned {b('spawn')} ms; spawned → result {b('cli')} "
         f"[start → result {d('cli')}] ms, of which permission asked → tool result {b('tool')} [{d('tool')}] ms; "
