@@ -7,7 +7,8 @@ microseconds, floats, 64-bit counts, UUIDs, nulls). Also rerun on PostgreSQL by 
 from datetime import UTC, datetime
 
 import pytest
-from django.db import models
+from django.db import connection, models
+from django.test.utils import CaptureQueriesContext
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -87,13 +88,16 @@ def test_a_row_reads_back_as_the_orm_reads_it(data):
             same(found, model.objects.get(pk=row.pk))
         [found] = rows.select(Task, public_id=Task.objects.get(pk=task.pk).public_id)
         same(found, Task.objects.get(pk=task.pk))
-        rows.attach(found, "session", "worker")
+        [found] = rows.select(Task, public_id=found.public_id, related=("session", "worker"))
         joined = Task.objects.select_related("session", "worker").get(pk=task.pk)
+        same(found, joined)
         same(found.session, joined.session)
         same(found.worker, joined.worker)
-        unlinked = Task.objects.create(prompt="p", cwd="/")
-        rows.attach(unlinked, "session", "worker")
-        assert unlinked.session is None and unlinked.worker is None
+        with CaptureQueriesContext(connection) as queries:
+            assert (found.session.pk, found.worker.pk) == (session.pk, worker.pk)
+        assert not queries.captured_queries, "the related rows came with the task"
+        [found] = rows.select(Task, id=Task.objects.create(prompt="p", cwd="/").pk, related=("session", "worker"))
+        assert found.session is None and found.worker is None
         [found] = rows.select(ApiToken, prefix=ApiToken.objects.get(pk=token.pk).prefix, id=token.pk)
         same(found, ApiToken.objects.get(pk=token.pk))
     finally:
@@ -131,6 +135,11 @@ def test_filters_order_and_limit_are_the_orms(requests, status, newest_first, li
         found = rows.select(PermissionRequest, task_id=mine.pk, status=status, order_by=order, limit=limit)
         expected = PermissionRequest.objects.filter(task=mine, status=status).order_by(*order)
         assert [r.pk for r in found] == [r.pk for r in (expected[:limit] if limit is not None else expected)]
+        # joined, the tables share column names (id, created_at, status): each is read from its own table
+        joined = rows.select(
+            PermissionRequest, task_id=mine.pk, status=status, order_by=order, limit=limit, related=("task",)
+        )
+        assert [(r.pk, r.task.pk, r.task.prompt) for r in joined] == [(r.pk, mine.pk, "a") for r in found]
         cut = sorted(r.created_at for r in PermissionRequest.objects.all())[len(requests) // 2]
         found = rows.select(PermissionRequest, task_id=mine.pk, above={"created_at": cut}, order_by=order, limit=limit)
         expected = PermissionRequest.objects.filter(task=mine, created_at__gt=cut).order_by(*order)

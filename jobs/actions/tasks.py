@@ -57,12 +57,11 @@ def get_task(task_id: str | uuid.UUID) -> Task:
             "answered with; GET /v1/tasks lists them)",
             code="no_such_task",
         ) from None
-    found = rows.select(Task, public_id=public_id)
+    # with its session and supervisor, so that every reader of the task has them without a query
+    found = rows.select(Task, public_id=public_id, related=("session", "worker"))
     if not found:
         raise NotFound(f"no task {task_id}", code="no_such_task") from None
-    task = found[0]
-    rows.attach(task, "session", "worker")  # read here, so that every reader of the task has them without a query
-    return settle_if_orphaned(task)  # every read sees a dead supervisor's task as orphaned at once
+    return settle_if_orphaned(found[0])  # every read sees a dead supervisor's task as orphaned at once
 
 
 @dataclass
