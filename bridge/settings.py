@@ -136,20 +136,23 @@ SQLITE_OPTIONS = {
     "transaction_mode": "IMMEDIATE",
     "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
 }
+# Django's SQLite backend with each transaction's BEGIN on a cursor closed on its own thread (bridge/sqlite3/base.py)
+SQLITE_ENGINE = "bridge.sqlite3"
 
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=0)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        DATABASES["default"]["ENGINE"] = SQLITE_ENGINE
         DATABASES["default"]["OPTIONS"] = dict(SQLITE_OPTIONS)
 else:
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            "ENGINE": SQLITE_ENGINE,
             "NAME": DATA_DIR / "bridge.sqlite3",
             "OPTIONS": dict(SQLITE_OPTIONS),
         }
     }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+if DATABASES["default"]["ENGINE"] == SQLITE_ENGINE:
     # Each thread keeps its SQLite connection: opening one (and its PRAGMAs) cost every request and every stream
     # read more than the query itself. Nothing is held open between statements (autocommit), so no snapshot goes stale.
     DATABASES["default"]["CONN_MAX_AGE"] = None

@@ -8,6 +8,7 @@ delivered twice); and real faults: `pg_terminate_backend` and `ALLOW_CONNECTIONS
 wait is for a row, an event, a log record or a process, with a deadline.
 """
 
+import gc
 import json
 import logging
 import os
@@ -22,7 +23,15 @@ from pathlib import Path
 
 import psutil
 import pytest
-from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, ProgrammingError, connection
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    ProgrammingError,
+    connection,
+    transaction,
+)
 
 from jobs import actions, processes
 from jobs.models import PermissionRequest, Task, TaskEvent
@@ -436,6 +445,40 @@ def test_a_write_lock_held_past_the_outage_limit_stops_the_agent_and_fails_the_t
         lock.execute("ROLLBACK")
         lock.close()
     assert_failed_for_the_outage(wait_for(task, timeout=60), 2)
+
+
+def is_closed(cursor: sqlite3.Cursor) -> bool:
+    try:
+        cursor.fetchmany(0)
+    except sqlite3.ProgrammingError:  # "Cannot operate on a closed cursor"
+        return True
+    return False
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_begin_that_gives_up_on_the_write_lock_leaves_no_open_cursor_to_the_garbage_collector():
+    """Freed by the cycle collector on a thread that holds the write lock, an open cursor would wait for its
+    connection while that connection waits for the lock: a burst of creates stalled for 30 s (bridge/sqlite3/base.py).
+    The cursor of a BEGIN that timed out is kept alive by the error's reference cycle; it must be closed already."""
+    if on_postgres():
+        pytest.skip("SQLite's BEGIN IMMEDIATE only")
+    connection.ensure_connection()
+    connection.connection.execute("PRAGMA busy_timeout = 50")
+    lock = write_lock()
+    gc.collect()
+    gc.disable()  # what the failed BEGIN leaves in cycles stays there until looked at
+    try:
+        with pytest.raises(OperationalError, match="locked"), transaction.atomic():
+            pass
+        own = [c for c in gc.get_objects() if isinstance(c, sqlite3.Cursor) and c.connection is connection.connection]
+        left_open = [cursor for cursor in own if not is_closed(cursor)]
+    finally:
+        gc.enable()
+        lock.execute("ROLLBACK")
+        lock.close()
+        connection.close()  # the next test's connection gets the usual busy timeout
+    assert own, "the failed BEGIN's cursor is found (it lives in the error's reference cycle)"
+    assert not left_open, f"{len(left_open)} cursor(s) left open for the cycle collector to reset on any thread"
 
 
 # --- PostgreSQL: dropped and refused connections under `manage.py supervise` -----------------------------------------
