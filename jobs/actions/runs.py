@@ -65,7 +65,8 @@ def _claim_one(worker: Worker) -> Task | None:
         candidate = next((pk for pk, cwd, target in _queued_for(worker) if serves(worker, cwd, target)), None)
         if candidate is None or not _take(candidate, worker):
             return None
-        [task] = rows.select(Task, id=candidate, related=("session",))  # the run reads it: a follow-up resumes it
+        # with its session, which the run reads: a follow-up resumes it
+        [task] = rows.select(Task, id=candidate, related=("session",))
         append_events(task, [status_event(task, worker=worker.name)])
     return task
 
