@@ -109,6 +109,7 @@ class _Announcer:
         self._pending: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup = asyncio.Event()
+        self._sending = asyncio.Lock()  # held while keys are sent, so `flush` also waits for one already in flight
 
     def announce(self, key: str) -> None:
         with self._lock:
@@ -130,12 +131,14 @@ class _Announcer:
             await self._send_now()
 
     async def _send_now(self) -> None:
-        while (key := self._next_key()) is not None:
-            await _group_send(key)
+        async with self._sending:
+            while (key := self._next_key()) is not None:
+                await _group_send(key)
 
     def flush(self, timeout: float = 2.0) -> None:
-        """At exit: send what is still waiting, so a short-lived writer's last news is announced too."""
-        if self._loop is not None and self._pending:
+        """At exit: send what is still waiting and finish the send under way, so a short-lived writer's last news
+        is announced too (a key already taken off the set is not sent until its `group_send` returns)."""
+        if self._loop is not None:
             try:
                 asyncio.run_coroutine_threadsafe(self._send_now(), self._loop).result(timeout)
             except Exception as exc:  # exiting anyway; readers still find the news on their next poll

@@ -9,6 +9,7 @@ each step waits for the event it causes.
 
 import asyncio
 import os
+import random
 import shutil
 import socket
 import sys
@@ -184,6 +185,37 @@ class FlakyLayer:
 
     def __getattr__(self, name):
         return getattr(self.layer, name)
+
+
+class SlowLayer:
+    """A channel layer whose `group_send` takes a while: the first one `first_s`, the others up to 20 ms."""
+
+    def __init__(self, rng: random.Random, first_s: float) -> None:
+        self.delays = iter([first_s] + [rng.uniform(0, 0.02) for _ in range(100)])
+        self.in_flight = threading.Event()
+        self.sent: list[str] = []
+
+    async def group_send(self, group: str, message: dict) -> None:
+        self.in_flight.set()
+        await asyncio.sleep(next(self.delays))
+        self.sent.append(message["key"])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_exit_flush_waits_for_every_announced_ring_including_the_one_being_sent(monkeypatch, seed):
+    """A short-lived writer (a script calling the actions) exits right after its last write: the ring already taken
+    off the set and still on its way to Redis must arrive too, or a reader waiting on it hears nothing."""
+    rng = random.Random(seed)
+    layer = SlowLayer(rng, first_s=0.2)
+    monkeypatch.setattr(doorbell, "get_channel_layer", lambda: layer)
+    announcer = doorbell._Announcer()
+    keys = [f"key-{seed}-{i}" for i in range(rng.randint(1, 5))]
+    announcer.announce(keys[0])
+    assert layer.in_flight.wait(5), "the announcer never sent"
+    for key in keys[1:]:
+        announcer.announce(key)
+    announcer.flush(timeout=10)
+    assert sorted(layer.sent) == sorted(keys), "a ring announced before exit was never sent"
 
 
 def send_from_elsewhere(*rings: tuple[str, str]) -> None:
