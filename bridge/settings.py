@@ -2,6 +2,7 @@
 
 import os
 import secrets
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,23 +67,33 @@ def _owner_only(path: Path, mode: int) -> None:
 _owner_only(DATA_DIR, 0o700)
 
 
-def _kept_in_data_dir(name: str, make: Callable[[], str]) -> str:
-    """A value made on first use and kept in the data dir, readable by this user only (never shared with children)."""
-    path = DATA_DIR / name
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as f:
-        f.write(make())
+def kept_value(path: Path, make: Callable[[], str]) -> str:
+    """A value made on first use and kept at `path`, readable by this user only (never shared with children).
+
+    Processes that start at once on a new data dir (runbridge and an MCP server, or test workers) each write a whole
+    value to a file of their own and link it into place: the first link wins, and everyone reads that, never a file
+    that another process has created but not yet written."""
+    if not path.exists():
+        fd, made = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(make())
+            try:
+                os.link(made, path)
+            except FileExistsError:
+                pass  # another process was first: its value stands
+        finally:
+            os.unlink(made)
     return path.read_text().strip()
 
 
 # DJANGO_SECRET_KEY, else a key made once.
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or _kept_in_data_dir("secret_key", lambda: secrets.token_urlsafe(50))
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or kept_value(
+    DATA_DIR / "secret_key", lambda: secrets.token_urlsafe(50)
+)
 # This install's name for the machine it runs on: unlike the host name, it does not change when the network renames
 # the machine (jobs/actions/tasks.py, session_home).
-BRIDGE_MACHINE_ID = _kept_in_data_dir("machine_id", lambda: secrets.token_hex(8))
+BRIDGE_MACHINE_ID = kept_value(DATA_DIR / "machine_id", lambda: secrets.token_hex(8))
 DEBUG = env_bool("BRIDGE_DEBUG", False)
 ALLOWED_HOSTS = env_list("BRIDGE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("BRIDGE_CSRF_TRUSTED_ORIGINS", [])

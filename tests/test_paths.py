@@ -5,6 +5,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pytest
@@ -209,3 +210,29 @@ def test_a_new_data_dir_and_its_files_are_private_to_this_user(tmp_path):
         assert stat.S_IMODE((data / name).stat().st_mode) == 0o600, name
     for extra in data.glob("bridge.sqlite3-*"):  # the WAL and shared-memory files, when SQLite left them
         assert stat.S_IMODE(extra.stat().st_mode) & 0o077 == 0, extra
+
+
+@pytest.mark.parametrize("racers", [2, 5])
+def test_processes_that_start_at_once_on_a_new_data_dir_all_read_one_whole_value(tmp_path, racers):
+    """The first to make the secret key is still writing it while the others look: none reads it half-made, and all
+    read the same value."""
+    from bridge.settings import kept_value
+
+    path = tmp_path / "secret_key"
+    first_is_making, let_first_finish = threading.Event(), threading.Event()
+    read_by_first: list[str] = []
+
+    def slow_make() -> str:
+        first_is_making.set()
+        let_first_finish.wait(10)
+        return "first"
+
+    first = threading.Thread(target=lambda: read_by_first.append(kept_value(path, slow_make)))
+    first.start()
+    assert first_is_making.wait(10)
+    read_by_others = [kept_value(path, lambda i=i: f"other-{i}") for i in range(racers - 1)]
+    let_first_finish.set()
+    first.join(10)
+    assert read_by_others + read_by_first == ["other-0"] * racers, "every process reads the one value that won"
+    assert path.read_text() == "other-0" and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["secret_key"], "no half-made file is left behind"
