@@ -528,6 +528,7 @@ def test_http_needs_a_token(bridge):
             json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
             headers={"Accept": "application/json, text/event-stream", **headers},
             trust_env=False,
+            timeout=30,
         )
         body = response.json()
         assert response.status_code == 401 and body["reason"] == reason and "token create" in body["error"], body
@@ -537,11 +538,14 @@ def test_http_needs_a_token(bridge):
         headers={"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {bridge.token}"}
         | {"Host": "evil.example"},
         trust_env=False,
+        timeout=30,  # the first request with a valid token loads the MCP SDK: seconds on a busy machine
     )
     assert rebound.status_code == 421, "a Host outside ALLOWED_HOSTS is refused (DNS rebinding)"
     with pytest.raises(Exception):  # noqa: B017 - the SDK client's own failure, whatever its class
         over_http(bridge, "brg_wrong-token-that-is-long-enough", lambda s: s.client.list_tools())
-    assert httpx.get(bridge.url + "/health", trust_env=False).status_code == 200, "Django still answers the rest"
+    assert httpx.get(bridge.url + "/health", trust_env=False, timeout=30).status_code == 200, (
+        "Django still answers the rest"
+    )
 
 
 def test_http_tools_and_the_run_status_read_flow(bridge):

@@ -152,7 +152,7 @@ def test_a_new_login_link_without_a_restart(server):
     )
     link = printed.stdout.strip().rsplit(" ", 1)[-1]
     assert link.startswith(server.url.rstrip("/") + "/login/link/"), printed.stdout + printed.stderr
-    with httpx.Client(follow_redirects=True, trust_env=False) as browser:
+    with httpx.Client(follow_redirects=True, trust_env=False, timeout=30) as browser:
         page = browser.get(link)
         assert page.status_code == 200 and str(page.url).rstrip("/") == server.url.rstrip("/"), page.url
         assert "Tasks" in page.text, "logged in: the dashboard, not the login page"
