@@ -30,6 +30,10 @@ INSPECTOR_VERSION = "2.12.0"
 NODE22_VERSION = "22.23.3"  # the Inspector needs Node >= 22.19; the npm package `node` brings one privately
 RUN_EXTRAS = "postgres,redis"
 TEST_EXTRAS = "postgres,redis,test"
+# The suite waits on subprocesses (servers, agent CLIs) as much as it computes: one pytest-xdist worker per core
+# halves its time on two. pytest's own arguments come later and win: `python -m bridge.bootstrap test -- -n 0`
+# runs the suite in one process.
+PYTEST_PARALLEL = ("-n", "auto", "--dist", "worksteal")
 
 
 class SetupError(Exception):
@@ -210,7 +214,7 @@ def dispatch(args: argparse.Namespace) -> int:
     elif args.command == "test":
         tools()
         lint(python)
-        return subprocess.call([str(python), "-m", "pytest", *args.pytest_args], cwd=REPO)
+        return subprocess.call([str(python), "-m", "pytest", *PYTEST_PARALLEL, *args.pytest_args], cwd=REPO)
     elif args.command == "bench":
         hermes_cli()
         run(python, REPO / "tests" / "bench" / "all.py")

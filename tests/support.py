@@ -114,11 +114,15 @@ def postgres_or_skip(url: str = POSTGRES_URL) -> str:
 
 
 def rerun_on_postgres(url: str, *pytest_args: str, timeout: float) -> subprocess.CompletedProcess:
-    """Run pytest again with DATABASE_URL=url (for tests that only mean something where writers really race)."""
+    """Run pytest again with DATABASE_URL=url (for tests that only mean something where writers really race).
+
+    Under pytest-xdist each worker's reruns get a database of their own (pytest-django names the test database
+    after it), so two reruns at once do not drop each other's."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
         cwd=REPO,
-        env={**os.environ, "DATABASE_URL": url},
+        env={**os.environ, "DATABASE_URL": f"{url}_{worker}" if worker else url},
         capture_output=True,
         text=True,
         timeout=timeout,
