@@ -31,7 +31,7 @@ NODE22_VERSION = "22.23.3"  # the Inspector needs Node >= 22.19; the npm package
 RUN_EXTRAS = "postgres,redis"
 TEST_EXTRAS = "postgres,redis,test"
 # The suite waits on subprocesses (servers, agent CLIs) as much as it computes: one pytest-xdist worker per core
-# halves its time on two. pytest's own arguments come later and win: `python -m bridge.bootstrap test -- -n 0`
+# nearly halves its time on two. pytest's own arguments come later and win: `python -m bridge.bootstrap test -- -n 0`
 # runs the suite in one process.
 PYTEST_PARALLEL = ("-n", "auto", "--dist", "worksteal")
 
