@@ -19,6 +19,11 @@ request → the tool's result, `result` → the task done, done → the client's
 on 2 cores it competes with the CLI's node process). They also give the ratio's 90 % interval (`ratio_interval`):
 the CLI's own run varies by tens of milliseconds from one run to the next, as much as Bridge's whole part, so a
 ratio a hair over or under the goal may be noise, and the interval says how much.
+
+Each mode's ratio divides by the median of all the direct runs, both modes' twins: a direct run is the same whatever
+the mode, and they interleave with both modes' Bridge runs through the same minutes. Dividing each mode by only its
+own twins made the two modes differ by the twins' noise (one run: Bridge's p50 778 ms with approve and 777 ms with
+bypass, against twins of 751 and 725 ms).
 """
 
 import argparse
@@ -62,7 +67,7 @@ ARGV = (
 
 @dataclass
 class Runs:
-    """One mode's runs: total seconds per run, and named phases (seconds) per run for the notes."""
+    """Runs of one kind: total seconds per run, and named phases (seconds) per run for the notes."""
 
     total: list[float] = field(default_factory=list)
     phases: dict[str, list[float]] = field(default_factory=dict)
@@ -157,14 +162,16 @@ def run_through_bridge(bridge: BridgeServer, cwd: Path, made: Path, mode: str, r
 
 
 def ratio_interval(through: list[float], direct: list[float], share: float = 0.9) -> tuple[float, float]:
-    """The p50 ratio's `share` interval by the bootstrap: the interleaved pairs resampled with replacement (seeded, so
-    the same runs always give the same interval)."""
-    pairs = list(zip(through, direct, strict=True))
+    """The p50 ratio's `share` interval by the bootstrap: rounds resampled with replacement, each round a Bridge run
+    and the direct runs of its time (`direct` holds the same number per round), seeded, so the same runs always give
+    the same interval."""
+    per_round = len(direct) // len(through)
+    rounds = [(bridge, direct[n * per_round : (n + 1) * per_round]) for n, bridge in enumerate(through)]
     draw = random.Random(0)
     ratios = []
     for _ in range(2000):
-        sample = draw.choices(pairs, k=len(pairs))
-        ratios.append(p50([bridge for bridge, _ in sample]) / p50([alone for _, alone in sample]))
+        sample = draw.choices(rounds, k=len(rounds))
+        ratios.append(p50([bridge for bridge, _ in sample]) / p50([alone for _, twins in sample for alone in twins]))
     ratios.sort()
     cut = int(len(ratios) * (1 - share) / 2)
     return ratios[cut], ratios[-cut - 1]
@@ -177,9 +184,10 @@ def rows(mode: str, through: Runs, direct: Runs) -> list[Row]:
     b, d = through.phase_ms, direct.phase_ms
     low, high = ratio_interval(through.total, direct.total)
     note = (
-        f"90 % interval of the ratio {low:.3f}–{high:.3f} (bootstrap over the {len(through.total)} pairs). "
-        f"Bridge p50 {median * 1000:.0f} ms, direct p50 {p50(direct.total) * 1000:.0f} ms (direct answers the control "
-        f"request itself). Bridge [direct]: create → spawned {b('spawn')} ms; spawned → result {b('cli')} "
+        f"90 % interval of the ratio {low:.3f}–{high:.3f} (bootstrap over the {len(through.total)} rounds). "
+        f"Bridge p50 {median * 1000:.0f} ms, direct p50 {p50(direct.total) * 1000:.0f} ms over all "
+        f"{len(direct.total)} direct runs (direct answers the control request itself). "
+        f"Bridge [direct]: create → spawned {b('spawn')} ms; spawned → result {b('cli')} "
         f"[start → result {d('cli')}] ms, of which permission asked → tool result {b('tool')} [{d('tool')}] ms; "
         f"result → done {b('tail')} [result → exit {d('tail')}] ms; done → client's end {b('end')} ms; "
         f"the server's CPU per task {b('cpu')} ms"
@@ -203,10 +211,11 @@ def rows(mode: str, through: Runs, direct: Runs) -> list[Row]:
     ]
 
 
-def measure(claude: str, runs: int) -> tuple[dict[str, Runs], dict[str, Runs]]:
-    """Per mode, the Bridge runs and their direct twins, interleaved: direct, Bridge, direct, Bridge, …"""
+def measure(claude: str, runs: int) -> tuple[dict[str, Runs], Runs]:
+    """Per mode, the Bridge runs; and all direct runs, interleaved: direct, Bridge (approve), direct, Bridge (bypass),
+    …, so each round holds one direct run per mode."""
     through = {mode: Runs() for mode in MODES}
-    direct = {mode: Runs() for mode in MODES}
+    direct = Runs()
     with (
         tempfile.TemporaryDirectory(prefix="bridge-bench-cli-") as tmp,
         FakeAnthropic() as fake,
@@ -217,11 +226,11 @@ def measure(claude: str, runs: int) -> tuple[dict[str, Runs], dict[str, Runs]]:
         for n in range(runs):
             for mode in MODES:
                 made = script_one_tool(fake, bridge.work / f"made-{next(files)}.txt")
-                run_directly(claude, env, bridge.work, made, direct[mode])
+                run_directly(claude, env, bridge.work, made, direct)
                 made = script_one_tool(fake, bridge.work / f"made-{next(files)}.txt")
                 run_through_bridge(bridge, bridge.work, made, mode, through[mode])
                 print(
-                    f"run {n + 1}/{runs} {mode}: direct {direct[mode].total[-1] * 1000:.0f} ms, "
+                    f"run {n + 1}/{runs} {mode}: direct {direct.total[-1] * 1000:.0f} ms, "
                     f"Bridge {through[mode].total[-1] * 1000:.0f} ms",
                     file=sys.stderr,
                     flush=True,
@@ -239,7 +248,7 @@ def main() -> None:
         emit([Row("real Claude Code task, Bridge ÷ the same CLI run directly", None, note=str(missing))])
         return
     through, direct = measure(claude, args.runs)
-    emit([row for mode in MODES for row in rows(mode, through[mode], direct[mode])])
+    emit([row for mode in MODES for row in rows(mode, through[mode], direct)])
 
 
 if __name__ == "__main__":
