@@ -157,20 +157,20 @@ def rows_of(root: Path, web_processes: int, trivial_url: str, args) -> list[Row]
         if shipped:
             rates, limits = alternating(bridge.url, f"/v1/task?task_id={task_id}", auth, trivial_url, args)
             ratios = sorted(b / t for b, t in zip(rates, limits, strict=True))
+            limit = statistics.median(limits)
             rows.append(
                 Row(
                     f"GET /v1/task, {label}",
                     statistics.median(rates),
                     unit="req/s",
                     goal=1000,
-                    limit=statistics.median(limits),
+                    limit=limit,
                     higher_is_better=True,
                     note=f"{note}; medians of {args.rounds} rounds of {args.seconds:g} s, each after the trivial "
                     f"app's; Bridge ÷ trivial per round {statistics.median(ratios):.3f} "
                     f"({ratios[0]:.3f}–{ratios[-1]:.3f}); Bridge's rounds {min(rates):,.0f}–{max(rates):,.0f}",
                 )
             )
-            limit = statistics.median(limits)
         else:
             limit = load(trivial_url, "/", {}, args)
             rows.append(
