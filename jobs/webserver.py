@@ -13,6 +13,8 @@ unparsable request with an empty 400; Bridge's channel raises the limit and answ
 
 Back-pressure: an ASGI `send` that waits while the client is not reading.
 
+`AcceptTurns`: web processes that share one listening socket take turns accepting from it.
+
 Daphne hands every reply straight to Twisted, which buffers whatever the socket cannot take yet, without limit: a
 client that stops reading an SSE stream or a websocket made the server hold the rest of the transcript for it.
 Twisted already knows when a connection's buffer is full (it pauses a registered push producer) and when it has
@@ -29,15 +31,18 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import io
 import json
 import logging
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from a2wsgi.wsgi import build_environ
 from daphne.server import Server
 from django.conf import settings
+from twisted.internet import reactor
 from twisted.internet.interfaces import IPushProducer
 from twisted.web import http
 from zope.interface import implementer
@@ -49,6 +54,11 @@ log = logging.getLogger("jobs")
 MAX_REQUEST_LINE_BYTES = 64 * 1024
 MAX_REQUEST_HEAD_BYTES = 2 * MAX_REQUEST_LINE_BYTES
 HTTP_REASONS = {400: b"Bad Request", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
+
+# A web process that shares its listening socket waits this long after each accept for every connection it holds,
+# counting at most ACCEPT_TURN_MAX_HELD of them, before it accepts again (`AcceptTurns`).
+ACCEPT_TURN_S = 0.002
+ACCEPT_TURN_MAX_HELD = 4
 
 
 class PooledDjango:
@@ -118,6 +128,15 @@ class HttpChannel(http.HTTPChannel):
     MAX_LENGTH = MAX_REQUEST_LINE_BYTES
     totalHeadersSize = MAX_REQUEST_HEAD_BYTES
 
+    def __init__(self, accept_turns: AcceptTurns | None = None) -> None:
+        super().__init__()
+        self.accept_turns = accept_turns
+
+    def connectionMade(self) -> None:  # noqa: N802 (Twisted's interface)
+        super().connectionMade()
+        if self.accept_turns is not None:
+            self.accept_turns.accepted(self.transport)
+
     def lineLengthExceeded(self, line: bytes) -> None:
         if not self.requests:  # no request has begun: this is its first line, the URL
             self.refuse(
@@ -168,9 +187,57 @@ class Drain:
         self.writable.set()
 
 
+class AcceptTurns:
+    """Makes a web process that shares its listening socket with others take turns at accepting from it.
+
+    Each process waits on the same socket, and whichever runs first takes every connection waiting: Twisted accepts
+    in a loop, and takes more per wake-up the more it found last time. A burst of keep-alive connections (a
+    client's pool) then often landed in one process while the other had none: 5 rounds of 12 here, each served at
+    half the rate, on one core. After each accept this process stops accepting for ACCEPT_TURN_S per connection it
+    holds (at most ACCEPT_TURN_MAX_HELD counted, so 8 ms), so a sibling woken by the same connection takes the next
+    one; a busy process, slow to come back to its loop, takes fewer. Nothing is refused meanwhile: new connections
+    wait in the listen backlog. A lone client that connects once per request holds one connection and waits at most
+    ACCEPT_TURN_S."""
+
+    def __init__(self) -> None:
+        self.ports: list = []
+        self.held: weakref.WeakSet = weakref.WeakSet()
+        self.resuming = None
+
+    def listening(self, port) -> None:
+        port.numberAccepts = 1
+        self.ports.append(port)
+
+    def accepted(self, transport) -> None:
+        self.held.add(transport)
+        if self.resuming is not None:
+            return
+        held = sum(1 for each in self.held if each.connected)
+        for port in self.ports:
+            port.stopReading()
+        self.resuming = reactor.callLater(ACCEPT_TURN_S * min(held, ACCEPT_TURN_MAX_HELD), self.resume)
+
+    def resume(self) -> None:
+        self.resuming = None
+        for port in self.ports:
+            if port.connected:  # not stopped meanwhile
+                port.numberAccepts = 1  # Twisted raised it after a full loop: one accept per turn
+                port.startReading()
+
+
 class FlowControlledServer(Server):
     """Daphne's server whose `send` for response bodies and websocket frames waits until the client has read, and
-    whose HTTP connections are `HttpChannel`s."""
+    whose HTTP connections are `HttpChannel`s. With `shares_socket`, it takes turns accepting with the other web
+    processes serving the same listening socket (`AcceptTurns`)."""
+
+    def __init__(self, *args, shares_socket: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.accept_turns = AcceptTurns() if shares_socket else None
+
+    def listen_success(self, port) -> None:
+        super().listen_success(port)
+        if self.accept_turns is not None:
+            self.accept_turns.listening(port)
 
     @property
     def http_factory(self) -> http.HTTPFactory:
@@ -178,7 +245,7 @@ class FlowControlledServer(Server):
 
     @http_factory.setter
     def http_factory(self, factory: http.HTTPFactory) -> None:  # Daphne makes its factory inside run()
-        factory.protocol = HttpChannel
+        factory.protocol = functools.partial(HttpChannel, accept_turns=self.accept_turns)
         self._http_factory = factory
 
     async def handle_reply(self, protocol, message) -> None:

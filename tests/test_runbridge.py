@@ -1,6 +1,7 @@
 """`manage.py runbridge` as an operator meets it: a port already taken, and a burst of connections at once."""
 
 import json
+import random
 import shlex
 import signal
 import socket
@@ -275,6 +276,54 @@ def test_two_web_processes_share_the_port_and_the_second_streams_by_push(tmp_pat
             received += client.recv(65536)  # a 30 s poll would time out here first
         client.close()
     helper.wait(timeout=30)  # raises TimeoutExpired if the helper outlives runbridge
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_burst_of_keep_alive_connections_is_shared_by_both_web_processes(tmp_path, seed):
+    """Both processes wait on one socket, and the first to run used to accept the whole burst (a client's pool of
+    connections all opened at once): in 5 rounds of 12 the other process served none and one core stayed idle. Each
+    round opens a random number of connections at once and answers one request on each. Each process must hold some
+    of every burst, and a quarter of them all (a process starved of CPU, on a loaded machine, may take fewer)."""
+    rng = random.Random(seed)
+    with BridgeServer(tmp_path, "http://127.0.0.1:9", extra_env={"BRIDGE_WEB_PROCESSES": "2"}) as bridge:
+        host, port = bridge.url.removeprefix("http://").rstrip("/").rsplit(":", 1)
+        processes = [psutil.Process(bridge.proc.pid), helper_of(bridge)]
+        connection_served_by(processes[1], bridge.url).close()  # the helper has started serving
+        rounds = []
+        for _ in range(4):
+            burst = [socket.create_connection((host, int(port)), timeout=30) for _ in range(rng.randint(6, 12))]
+            for conn in burst:
+                conn.sendall(f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            for conn in burst:
+                assert read_response(conn).startswith(b"HTTP/1.1 200 ")
+            clients = {conn.getsockname() for conn in burst}
+            held = [len(connections_from(process, clients)) for process in processes]
+            for conn in burst:
+                conn.close()
+            rounds.append(held)
+            assert sum(held) == len(burst) and min(held) >= 1, f"(runbridge, helper) held {rounds}"
+            gone = partial(lambda addresses: not any(connections_from(p, addresses) for p in processes), clients)
+            wait_until(gone, what="the burst's closes")
+        totals = [sum(column) for column in zip(*rounds, strict=True)]
+        assert min(totals) >= sum(totals) // 4, f"(runbridge, helper) held {rounds}"
+
+
+def read_response(conn: socket.socket) -> bytes:
+    """One HTTP/1.1 response with a Content-Length, read off a keep-alive connection."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.lower().split(b"\r\n")
+    length = next(int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length"))
+    while len(body) < length:
+        body += conn.recv(65536)
+    return head
+
+
+def connections_from(process: psutil.Process, clients: set) -> list:
+    """`process`'s connections whose far end is one of the `clients` addresses."""
+    return [c for c in process.net_connections(kind="tcp") if c.raddr and tuple(c.raddr) in clients]
 
 
 def test_a_helper_web_process_ends_when_runbridge_is_killed(tmp_path, fake_agent):

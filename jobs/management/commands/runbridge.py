@@ -118,6 +118,7 @@ class Command(BaseCommand):
             signal_handlers=False,  # ours, below: the first stop drains while this server goes on serving
             verbosity=0,
             ready_callable=lambda: reactor.callWhenRunning(self._announce, server),
+            shares_socket=listener is not None,
         )
         self.url = ""
         stopping = Stopping(self, supervisor, thread)
@@ -163,7 +164,11 @@ class Command(BaseCommand):
     def _serve_as_helper(self, endpoint: str) -> None:
         """A helper web process: the parent's socket, no supervisor, no messages; stops when its stdin closes."""
         server = FlowControlledServer(
-            application=ASGIStaticFilesHandler(application), endpoints=[endpoint], signal_handlers=False, verbosity=0
+            application=ASGIStaticFilesHandler(application),
+            endpoints=[endpoint],
+            signal_handlers=False,
+            verbosity=0,
+            shares_socket=True,
         )
 
         def stop_when_the_parent_does() -> None:
