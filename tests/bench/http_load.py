@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +36,7 @@ from tests.bench.run import SHIPPED, fake_agent  # noqa: E402
 from tests.bench.table import Row, emit  # noqa: E402
 from tests.e2e import BridgeServer  # noqa: E402
 
-LEAD_S = 3.0  # for the client processes to start (a fresh interpreter each) and connect
+CONNECT_S = 60.0  # for the client processes to start (a fresh interpreter each) and connect
 
 TRIVIAL_APP = """
 async def app(scope, receive, send):
@@ -69,17 +70,18 @@ async def _one_connection(reader, writer, request: bytes, until: float) -> tuple
     return answers, errors
 
 
-def _client(host: str, port: int, request: bytes, connections: int, start: float, until: float, out) -> None:
-    """Open the connections, wait for `start`, load until `until`; put (ready in time, answers, errors)."""
+def _client(host: str, port: int, request: bytes, connections: int, seconds: float, connected, out) -> None:
+    """Open the connections, wait at the `connected` barrier until every client has, then load for `seconds`; put
+    (answers, errors)."""
 
-    async def main() -> tuple[bool, list[tuple[int, int]]]:
+    async def main() -> list[tuple[int, int]]:
         opened = [await asyncio.open_connection(host, port) for _ in range(connections)]
-        ready = time.monotonic() <= start
-        await asyncio.sleep(max(0.0, start - time.monotonic()))
-        return ready, await asyncio.gather(*(_one_connection(*pair, request, until) for pair in opened))
+        connected.wait(timeout=CONNECT_S)
+        until = time.monotonic() + seconds
+        return await asyncio.gather(*(_one_connection(*pair, request, until) for pair in opened))
 
-    ready, results = asyncio.run(main())
-    out.put((ready, sum(a for a, _ in results), sum(e for _, e in results)))
+    results = asyncio.run(main())
+    out.put((sum(a for a, _ in results), sum(e for _, e in results)))
 
 
 def load(url: str, path: str, headers: dict[str, str], args) -> float:
@@ -88,22 +90,22 @@ def load(url: str, path: str, headers: dict[str, str], args) -> float:
     lines = [f"GET {path} HTTP/1.1", f"Host: {host}:{port}", *(f"{k}: {v}" for k, v in headers.items())]
     request = ("\r\n".join(lines) + "\r\n\r\n").encode()
     context = multiprocessing.get_context("spawn")
-    out = context.Queue()
-    start = time.monotonic() + LEAD_S  # every client has started and connected by then: only the load is timed
-    until = start + args.seconds
+    out, connected = context.Queue(), context.Barrier(args.clients + 1)
     per_client = max(1, args.connections // args.clients)
     clients = [
-        context.Process(target=_client, args=(host, int(port), request, per_client, start, until, out))
+        context.Process(target=_client, args=(host, int(port), request, per_client, args.seconds, connected, out))
         for _ in range(args.clients)
     ]
     for client in clients:
         client.start()
-    results = [out.get(timeout=LEAD_S + args.seconds + 60) for _ in clients]
+    try:
+        connected.wait(timeout=CONNECT_S)  # only the load is timed: every client has started and connected
+    except threading.BrokenBarrierError:
+        raise SystemExit(f"the load clients were not all connected within {CONNECT_S} s") from None
+    results = [out.get(timeout=args.seconds + 60) for _ in clients]
     for client in clients:
         client.join()
-    if not all(ready for ready, _, _ in results):
-        raise SystemExit(f"a load client was not connected {LEAD_S} s after it was started: the rate would be low")
-    answers, errors = sum(a for _, a, _ in results), sum(e for _, _, e in results)
+    answers, errors = sum(a for a, _ in results), sum(e for _, e in results)
     if errors:
         raise SystemExit(f"{errors} error answers from {path}")
     return answers / args.seconds
