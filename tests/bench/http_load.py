@@ -9,10 +9,9 @@ and connected before the clock starts.
 
 This machine's speed drifts by half within minutes (the same server, the same CPU time, 990 to 1,590 GET/s), so the
 goal's row alternates Bridge and the trivial app, --rounds times each, with both servers up: its figure and its limit
-are the medians, and the note gives the median of each round's Bridge ÷ the trivial rate just before it. A round's
-connections open at once and both processes accept from one socket: in about one round in four here the helper took
-all eight before the first process woke, and that round ran on one process. The median keeps such a round from
-deciding the row, and the note's range shows it.
+are the medians, and the note gives the median of each round's Bridge ÷ the trivial rate just before it, and the
+range. A round's connections open at once, and both processes accept from one socket, taking turns
+(jobs/webserver.py `AcceptTurns`).
 """
 
 import argparse
