@@ -21,7 +21,7 @@ from django.template.loader import render_to_string
 
 from jobs import actions, auth, doorbell
 from jobs.errors import BridgeError, NotFound
-from jobs.models import AgentSession, PermissionRequest, Task, TaskEvent, Worker
+from jobs.models import AgentSession, PermissionRequest, Task, TaskCount, TaskEvent, Worker
 from jobs.vocabulary import TERMINAL_STATUSES, Status
 
 log = logging.getLogger(__name__)
@@ -254,7 +254,7 @@ class TaskListConsumer(BridgeConsumer):
             "cursor": latest,
             "tasks": rows,
             "pending_permissions": PermissionRequest.objects.pending().count(),
-            "counts": Task.objects.counts_by_status(),
+            "counts": TaskCount.by_status(),
         }
 
     async def run_pump(self) -> None:

@@ -29,7 +29,7 @@ from jobs import actions, auth, doorbell, executors, hbridge, hermes_skills, rep
 from jobs.errors import BridgeError, InvalidInput
 from jobs.forms import DecisionForm, FollowUpForm, NewTaskForm
 from jobs.hints import manage_command
-from jobs.models import PermissionRequest, Task, TaskEvent
+from jobs.models import PermissionRequest, Task, TaskCount, TaskEvent
 from jobs.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, PermissionMode, Source, Status, choices
 
 SSE_BATCH = 500
@@ -180,7 +180,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "tasks": tasks.first_with_pending_count(DASHBOARD_LIMIT),
         "cursor": TaskEvent.objects.aggregate(latest=Max("pk"))["latest"] or 0,
         "pending_permissions": PermissionRequest.objects.pending().count(),
-        "counts": Task.objects.counts_by_status(),
+        "counts": TaskCount.by_status(),
         "statuses": list(Status),
         "agents": choices(Agent),
         "status": status,

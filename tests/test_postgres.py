@@ -10,6 +10,7 @@ def test_supervisor_and_api_suites_pass_on_postgres():
         "tests/test_supervisor.py",
         "tests/test_api.py",
         "tests/test_rows.py",
+        "tests/test_task_counts.py",
         "-k",
         "not portable",
         timeout=600,

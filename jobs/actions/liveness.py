@@ -18,7 +18,7 @@ from django.utils import timezone
 from jobs import processes, rows
 from jobs.actions.runs import explain_waits, mark_orphaned
 from jobs.actions.workers import WORKER_STALE_AFTER, running_by_worker, worker_is_alive
-from jobs.models import PermissionRequest, Task, Worker
+from jobs.models import PermissionRequest, Task, TaskCount, Worker
 from jobs.vocabulary import Status
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def system_state() -> SystemState:
         explain_waits()
         pending = PermissionRequest.objects.pending().count()
         workers = live_supervisors()
-        return SystemState("ok", Task.objects.counts_by_status(), workers, pending, running_by_worker())
+        return SystemState("ok", TaskCount.by_status(), workers, pending, running_by_worker())
     except Exception as exc:
         log.warning("health: the database cannot be read: %s", exc)
         return SystemState(f"error: {exc.__class__.__name__}: {exc}", {}, [])

@@ -20,7 +20,7 @@ from jobs.mcp import full_log, reads, replies, waiting
 from jobs.mcp.reads import in_db
 from jobs.mcp.server import ErrorReport, tool
 from jobs.mcp.stdio import supervisor_starter
-from jobs.models import Task
+from jobs.models import Task, TaskCount
 from jobs.vocabulary import Agent, DecidedVia, Source, Status
 
 log = logging.getLogger(__name__)
@@ -212,7 +212,7 @@ async def hermes_status(job_id: str, wait_s: float = 30) -> str:
 
 def _jobs(limit: int) -> str:
     actions.settle_running_tasks()
-    return replies.job_list(Task.objects.counts_by_status(), reads.newest_tasks(limit))
+    return replies.job_list(TaskCount.by_status(), reads.newest_tasks(limit))
 
 
 @tool
