@@ -224,7 +224,7 @@ class TaskEventsConsumer(BridgeConsumer):
                 await self.send_json({"type": "end", "status": state["status"], "last_seq": state["last_seq"]})
                 await self.close()
                 return
-            rang = bool(events) or await self.waiter.wait(timeout=settings.BRIDGE_POLL_S)
+            rang = len(events) == EVENT_BATCH or await self.waiter.wait(timeout=settings.BRIDGE_POLL_S)
 
 
 class TaskListConsumer(BridgeConsumer):

@@ -93,7 +93,7 @@ async def _stream(task: Task, since: int) -> AsyncIterator[bytes]:
             if status in TERMINAL_STATUSES and len(events) < SSE_BATCH:  # the real end, whatever `since` said
                 yield _frames(translator.ending(status, task.exit_code, task.error, task.last_seq))
                 return
-            if events:
+            if len(events) == SSE_BATCH:  # more may be there already; any news after this read rings the waiter
                 continue
             idle = time.monotonic() - last_sent
             rang = await waiter.wait(timeout=max(0.05, min(settings.BRIDGE_POLL_S, heartbeat - idle)))
