@@ -1,7 +1,8 @@
 """`make bench`: every benchmark script, one after another, their rows printed as one table (tests/bench/table.py).
 
 Scripts run as their own processes (each starts its own Bridge); a script that fails is named with its exit code and
-the rest still run.
+the rest still run. The table ends with how fast the machine was at the start and at the end: this one's speed has
+drifted by up to 2× within a day, and every row in ms or req/s drifts with it (the limits beside them too).
 """
 
 import os
@@ -29,8 +30,18 @@ SCRIPTS = (
 )
 
 
+def machine_speed_ms() -> float:
+    """A fixed pure-Python workload's best time of five, in ms."""
+    timings = []
+    for _ in range(5):
+        started = time.perf_counter()
+        sum(i * i for i in range(100_000))
+        timings.append(time.perf_counter() - started)
+    return min(timings) * 1000
+
+
 def main() -> int:
-    failed = []
+    failed, speed_at_start = [], machine_speed_ms()
     with tempfile.TemporaryDirectory(prefix="bridge-bench-rows-") as tmp:
         rows_file = Path(tmp) / "rows.jsonl"
         rows_file.touch()
@@ -45,6 +56,11 @@ def main() -> int:
                 failed.append(f"{script} (exit {code})")
         rows = load(str(rows_file))
     rows += [Row(f"FAILED: {name}", None) for name in failed]
+    note = "sum of 100,000 squares in Python, best of 5: lower is faster (seen here: 3.9 ms fast, 7.1 ms slow)"
+    rows += [
+        Row("machine speed at the start", speed_at_start, note=note),
+        Row("machine speed at the end", machine_speed_ms(), note=note),
+    ]
     print()
     print(render(rows))
     return 1 if failed else 0
