@@ -66,6 +66,19 @@ def use_database(name: str) -> None:
     connection.settings_dict["NAME"] = name
 
 
+def drop_databases(base: str, names: list[str]) -> None:
+    """Leave PostgreSQL as the bench found it (a run that failed leaves them to the next, which drops them first);
+    SQLite's files go with their temporary folder."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    use_database(base)
+    with connection.cursor() as cursor:
+        for name in names:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
 def logged_in_client():
     """A test client logged in as a new superuser of the database in use."""
     from django.contrib.auth import get_user_model
@@ -213,6 +226,7 @@ def main() -> None:
                 note="flat: ten times the tasks may cost at most a quarter more",
             )
         )
+    drop_databases(base, [database for database, _ in sizes.values()])
     emit(rows)
 
 
