@@ -56,7 +56,7 @@ def main() -> int:
                 failed.append(f"{script} (exit {code})")
         rows = load(str(rows_file))
     rows += [Row(f"FAILED: {name}", None) for name in failed]
-    note = "sum of 100,000 squares in Python, best of 5: lower is faster (2 December: 3.9 ms fastest, 7.9 slowest)"
+    note = "sum of 100,000 squares in Python, best of 5: lower is faster"
     rows += [
         Row("machine speed at the start", speed_at_start, note=note),
         Row("machine speed at the end", machine_speed_ms(), note=note),
