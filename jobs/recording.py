@@ -27,7 +27,11 @@ KEPT_WHILE_AWAY = ESSENTIAL_KINDS | {"stopping", "signal", "truncated"}
 HELD_EVENTS_MAX = 20_000  # events one run holds in memory while the database is away, however small they are
 NOTE_BYTES = 256  # what an event Bridge makes itself counts against BRIDGE_DB_BUFFER_BYTES
 LINE_HEAD_BYTES = 2000
+# A pipe read asks for up to READ_CHUNK_BYTES while the agent writes faster than Bridge reads (one hand-off per
+# chunk), and for QUIET_READ_BYTES once a read finds less: a read that waits holds its whole buffer, and 64 KiB for
+# each of 200 quiet agents' stdout and stderr was 25 MB of the supervisor's memory.
 READ_CHUNK_BYTES = 64 * 1024
+QUIET_READ_BYTES = 4 * 1024
 
 
 class LineReader(threading.Thread):
@@ -42,8 +46,10 @@ class LineReader(threading.Thread):
         self.over: tuple[bytes, int] | None = None  # (head, bytes so far) of a line past the cap
 
     def run(self) -> None:
+        size = QUIET_READ_BYTES
         try:
-            while chunk := self.stream.read1(READ_CHUNK_BYTES):
+            while chunk := self.stream.read1(size):
+                size = READ_CHUNK_BYTES if len(chunk) >= QUIET_READ_BYTES else QUIET_READ_BYTES
                 *ended, rest = chunk.split(b"\n")
                 lines = [self._ended(piece) for piece in ended]
                 self._extend(rest)
@@ -100,7 +106,7 @@ class TailReader(threading.Thread):
 
     def run(self) -> None:
         try:
-            while chunk := self.stream.read1(65536):
+            while chunk := self.stream.read1(QUIET_READ_BYTES):
                 self.total += len(chunk)
                 self.buffer += chunk
                 del self.buffer[: max(0, len(self.buffer) - self.limit)]

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from jobs.recording import LINE_HEAD_BYTES, LineReader
+from jobs.recording import LINE_HEAD_BYTES, QUIET_READ_BYTES, READ_CHUNK_BYTES, LineReader
 
 
 class Pipe:
@@ -18,8 +18,10 @@ class Pipe:
 
     def __init__(self, data: bytes, cuts: list[int]) -> None:
         self.data, self.cuts = data, list(cuts)
+        self.asked: list[int] = []
 
     def read1(self, size: int) -> bytes:
+        self.asked.append(size)
         take = min(size, self.cuts.pop(0) if self.cuts else size)
         chunk, self.data = self.data[:take], self.data[take:]
         return chunk
@@ -60,6 +62,21 @@ def test_lines_arrive_whole_or_cut_to_their_head_however_the_reads_fall(data, cu
 def test_a_flood_of_small_lines_is_one_hand_off_per_read():
     data = b"".join(b'{"type": "text", "n": %d}\n' % n for n in range(3000))
     inbox: queue.Queue = queue.Queue()
-    LineReader(Pipe(data, [len(data) // 3] * 3), inbox, 1024).run()
-    assert inbox.qsize() == 4  # three reads' worth of lines, then the end
-    assert sum(len(inbox.get_nowait()[1]) for _ in range(3)) == 3000
+    pipe = Pipe(data, [QUIET_READ_BYTES] + [len(data) // 3] * 3)
+    LineReader(pipe, inbox, 1024).run()
+    assert pipe.asked[:3] == [QUIET_READ_BYTES, READ_CHUNK_BYTES, READ_CHUNK_BYTES]
+    assert inbox.qsize() == len(pipe.asked)  # a hand-off per read that found lines, then the end
+    assert sum(len(inbox.get_nowait()[1]) for _ in range(len(pipe.asked) - 1)) == 3000
+
+
+@hypothesis_settings(max_examples=100, deadline=None)
+@given(cuts=st.lists(st.integers(1, 3 * QUIET_READ_BYTES), min_size=1, max_size=30))
+def test_reads_are_large_only_while_the_agent_writes_faster_than_they_read(cuts):
+    """A read that waits holds its buffer, so a quiet agent's reads ask for QUIET_READ_BYTES; a read that found at
+    least that much (the agent is ahead) is followed by a full-size one."""
+    pipe = Pipe(b"x\n" * (sum(cuts) // 2 + 1), cuts)
+    LineReader(pipe, queue.Queue(), 1024).run()
+    found = [min(size, cut) for size, cut in zip(pipe.asked, cuts, strict=False)]
+    assert pipe.asked[0] == QUIET_READ_BYTES
+    for got, next_ask in zip(found, pipe.asked[1:], strict=False):
+        assert next_ask == (READ_CHUNK_BYTES if got >= QUIET_READ_BYTES else QUIET_READ_BYTES), (found, pipe.asked)
