@@ -98,8 +98,9 @@ DEBUG = env_bool("BRIDGE_DEBUG", False)
 ALLOWED_HOSTS = env_list("BRIDGE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("BRIDGE_CSRF_TRUSTED_ORIGINS", [])
 
+# Not "daphne": its app replaces `runserver`, which Bridge does not use (runbridge serves), and it loads Twisted into
+# every process, the supervisor's and the stdio MCP server's included (27 MB each).
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -260,9 +261,10 @@ BRIDGE_LISTEN_BACKLOG = env_int("BRIDGE_LISTEN_BACKLOG", 1024, minimum=1)
 # Threads that run plain (not streaming) HTTP requests, each keeping its database connection between requests; more
 # requests at once wait their turn (bridge/asgi.py).
 BRIDGE_WEB_THREADS = env_int("BRIDGE_WEB_THREADS", 8, minimum=1)
-# Processes that serve runbridge's port (it and helpers sharing its socket; one on Windows): Python runs one thread at
-# a time per process, so a second process lets requests use a second core, and serves streams while the first one
-# records output. Two by default where there are two cores; more cost memory a local server rarely repays.
+# Processes that serve runbridge's port, sharing its socket (one on Windows): Python runs one thread at a time per
+# process, so a second process lets requests use a second core. With more than one, runbridge's own process only
+# supervises, so no stream waits behind the recording of output. Two by default where there are two cores; more cost
+# memory a local server rarely repays.
 BRIDGE_WEB_PROCESSES = env_int("BRIDGE_WEB_PROCESSES", min(2, os.cpu_count() or 1), minimum=1)
 BRIDGE_SSE_HEARTBEAT_S = env_int("BRIDGE_SSE_HEARTBEAT_S", 15, minimum=1)
 # A stream client (SSE or websocket) that reads nothing for this long is disconnected: what it has not read is

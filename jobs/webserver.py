@@ -42,10 +42,13 @@ from concurrent.futures import ThreadPoolExecutor
 from a2wsgi.wsgi import build_environ
 from daphne.server import Server
 from django.conf import settings
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from twisted.internet import reactor
 from twisted.internet.interfaces import IPushProducer
 from twisted.web import http
 from zope.interface import implementer
+
+from jobs import processes
 
 log = logging.getLogger("jobs")
 
@@ -230,14 +233,29 @@ class FlowControlledServer(Server):
     whose HTTP connections are `HttpChannel`s. With `shares_socket`, it takes turns accepting with the other web
     processes serving the same listening socket (`AcceptTurns`)."""
 
-    def __init__(self, *args, shares_socket: bool = False, **kwargs) -> None:
+    listen_failure = ""  # why it could not listen (Daphne only logs it, and stops)
+
+    def __init__(
+        self,
+        *args,
+        shares_socket: bool = False,
+        on_listening: Callable[[tuple[str, int]], None] | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.accept_turns = AcceptTurns() if shares_socket else None
+        self.on_listening = on_listening
 
     def listen_success(self, port) -> None:
         super().listen_success(port)
         if self.accept_turns is not None:
             self.accept_turns.listening(port)
+        if self.on_listening is not None and self.listening_addresses:
+            self.on_listening(self.listening_addresses[-1])
+
+    def listen_error(self, failure) -> None:
+        self.listen_failure = failure.getErrorMessage()
+        super().listen_error(failure)
 
     @property
     def http_factory(self) -> http.HTTPFactory:
@@ -289,6 +307,39 @@ class FlowControlledServer(Server):
             log.warning("closed a stream to %s: its client read nothing for %s s", _peer(protocol), limit)
             transport = getattr(protocol, "transport", None) or protocol.channel.transport
             transport.abortConnection()
+
+
+def serve(
+    application: Callable,
+    endpoints: list[str],
+    *,
+    on_listening: Callable[[tuple[str, int]], None],
+    shares_socket: bool = False,
+    drain: Callable[[str], None] | None = None,
+    now: Callable[[str], None] | None = None,
+) -> str:
+    """Serve `application` (static files too) until `stop_serving()`; return why it could not listen, or "". The first
+    stop signal calls `drain` on the server's thread (default: stop serving), the second `now`."""
+    server = FlowControlledServer(
+        application=ASGIStaticFilesHandler(application),
+        endpoints=endpoints,
+        signal_handlers=False,  # ours, below: a first stop may drain while the server goes on serving
+        verbosity=0,
+        shares_socket=shares_socket,
+        on_listening=on_listening,
+    )
+    first = drain or (lambda name: reactor.stop())
+    with processes.on_stop_signals(
+        lambda name: reactor.callFromThread(first, name),
+        None if now is None else lambda name: reactor.callFromThread(now, name),
+    ):
+        server.run()
+    return server.listen_failure
+
+
+def stop_serving() -> None:
+    """End `serve` (from any thread)."""
+    reactor.callFromThread(reactor.stop)
 
 
 def _peer(protocol) -> str:

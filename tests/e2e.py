@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from tests import server_logs
@@ -188,6 +189,21 @@ class BridgeServer:
         except OSError:
             stderr = ""
         return "stdout:\n" + "\n".join(self.stdout_lines) + "\nstderr:\n" + stderr[-5000:]
+
+    def web_processes(self) -> list[psutil.Process]:
+        """The web processes runbridge started to serve its port (none when it serves from its own process)."""
+        web = []
+        for child in psutil.Process(self.proc.pid).children():
+            try:
+                if "--inherited-endpoint" in child.cmdline():
+                    web.append(child)
+            except psutil.Error:  # one that has just exited, not yet reaped
+                pass
+        return web
+
+    def processes(self) -> list[psutil.Process]:
+        """runbridge and its web processes: the server, without the agents it runs."""
+        return [psutil.Process(self.proc.pid), *self.web_processes()]
 
     def __enter__(self) -> BridgeServer:
         return self.start()

@@ -11,7 +11,6 @@ import socket
 import threading
 from pathlib import Path
 
-import psutil
 import pytest
 
 from jobs.webserver import FlowControlledServer
@@ -66,17 +65,21 @@ def websocket_request(server: BridgeServer, task_id: str) -> str:
 
 
 class PeakMemory(threading.Thread):
-    """Samples a process's resident memory until stopped; `.peak` is the largest sample."""
+    """Samples the resident memory of a server (runbridge and the web processes it started) until stopped; `.peak` is
+    the largest sample of their sum."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, server: BridgeServer) -> None:
         super().__init__(daemon=True)
-        self.process = psutil.Process(pid)
-        self.peak = self.process.memory_info().rss
+        self.processes = server.processes()
+        self.peak = self.rss()
         self.done = threading.Event()
+
+    def rss(self) -> int:
+        return sum(process.memory_info().rss for process in self.processes)
 
     def run(self) -> None:
         while not self.done.wait(0.02):
-            self.peak = max(self.peak, self.process.memory_info().rss)
+            self.peak = max(self.peak, self.rss())
 
     def stop(self) -> int:
         self.done.set()
@@ -105,7 +108,7 @@ def test_a_reader_that_stops_reading_costs_a_bounded_buffer_and_is_disconnected(
     server, task_id = flooded
     transcript = LINES * LINE_BYTES
     before = closed_streams(server)
-    memory = PeakMemory(server.proc.pid)
+    memory = PeakMemory(server)
     memory.start()
     baseline = memory.peak
     readers = [connect_without_reading(server, make_request(server, task_id)) for _ in range(READERS)]

@@ -221,32 +221,33 @@ def test_a_second_stop_cancels_at_once_and_says_so_on_the_permission(tmp_path, f
 # --- more web processes on one port (issue 12) ---------------------------------------------------------------------
 
 
-def helper_of(bridge: BridgeServer) -> psutil.Process:
-    """The web process runbridge started beside itself, sharing its port."""
+def web_processes_of(bridge: BridgeServer, count: int = 2) -> list[psutil.Process]:
+    """The `count` web processes runbridge started to serve its port (it supervises, and serves nothing itself)."""
 
-    def find() -> psutil.Process | None:
-        children = psutil.Process(bridge.proc.pid).children()
-        return next((c for c in children if "--inherited-endpoint" in c.cmdline()), None)
+    def find() -> list[psutil.Process] | None:
+        web = bridge.web_processes()
+        return web if len(web) == count else None
 
-    return wait_until(find, what="the helper web process")
+    return wait_until(find, what=f"{count} web processes")
 
 
-def connection_served_by(process: psutil.Process, url: str) -> socket.socket:
-    """A client connection that `process` accepted (the kernel hands each new one to whichever process takes it)."""
-    host, port = url.removeprefix("http://").rstrip("/").rsplit(":", 1)
-    both = (process, psutil.Process(process.ppid()))
+def connection_served_by(bridge: BridgeServer, process: psutil.Process) -> socket.socket:
+    """A client connection that `process` accepted (the kernel hands each new one to whichever web process takes
+    it)."""
+    host, port = bridge.url.removeprefix("http://").rstrip("/").rsplit(":", 1)
+    web = bridge.web_processes()
     opened: list[socket.socket] = []
     try:
         for _ in range(200):
             opened.append(socket.create_connection((host, int(port))))
             address = opened[-1].getsockname()
-            wait_until(partial(accepted_by_any, both, address), what="the connection's accept")
+            wait_until(partial(accepted_by_any, web, address), what="the connection's accept")
             if accepted_by_any([process], address):
                 return opened.pop()
     finally:
         for other in opened:
             other.close()
-    pytest.fail("200 connections in a row went to the first process")
+    pytest.fail("200 connections in a row went to the other web processes")
 
 
 def accepted_by_any(processes: list[psutil.Process], client_address: tuple) -> bool:
@@ -255,15 +256,16 @@ def accepted_by_any(processes: list[psutil.Process], client_address: tuple) -> b
     )
 
 
-def test_two_web_processes_share_the_port_and_the_second_streams_by_push(tmp_path, fake_agent):
-    """A stream served by the helper process hears the supervisor (in the first process) through the local doorbell:
-    with every poll 30 s apart, only a push gets the agent's next line to it within 10 s."""
+@pytest.mark.parametrize("which", [0, 1])
+def test_two_web_processes_share_the_port_and_stream_by_push(tmp_path, fake_agent, which):
+    """A stream served by either web process hears the supervisor (in runbridge's own process) through the local
+    doorbell: with every poll 30 s apart, only a push gets the agent's next line to it within 10 s."""
     env = {"BRIDGE_WEB_PROCESSES": "2", "BRIDGE_POLL_S": "30", "BRIDGE_SSE_HEARTBEAT_S": "30"}
     with BridgeServer(tmp_path, "http://127.0.0.1:9", str(fake_agent), env) as bridge:
         assert "web processes: 2" in "\n".join(bridge.stdout_lines)
-        helper = helper_of(bridge)
+        web = web_processes_of(bridge)
         task_id = waiting_task(bridge)
-        client = connection_served_by(helper, bridge.url)
+        client = connection_served_by(bridge, web[which])
         request = f"GET /v1/task/output/stream?task_id={task_id} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         client.sendall(f"{request}Authorization: Bearer {bridge.token}\r\n\r\n".encode())
         client.settimeout(10)
@@ -275,7 +277,8 @@ def test_two_web_processes_share_the_port_and_the_second_streams_by_push(tmp_pat
         while b"finished" not in received:
             received += client.recv(65536)  # a 30 s poll would time out here first
         client.close()
-    helper.wait(timeout=30)  # raises TimeoutExpired if the helper outlives runbridge
+    gone, alive = psutil.wait_procs(web, timeout=30)
+    assert not alive, f"web processes outlived runbridge: {alive}"
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -287,8 +290,7 @@ def test_a_burst_of_keep_alive_connections_is_shared_by_both_web_processes(tmp_p
     rng = random.Random(seed)
     with BridgeServer(tmp_path, "http://127.0.0.1:9", extra_env={"BRIDGE_WEB_PROCESSES": "2"}) as bridge:
         host, port = bridge.url.removeprefix("http://").rstrip("/").rsplit(":", 1)
-        processes = [psutil.Process(bridge.proc.pid), helper_of(bridge)]
-        connection_served_by(processes[1], bridge.url).close()  # the helper has started serving
+        processes = web_processes_of(bridge)
         rounds = []
         for _ in range(4):
             burst = [socket.create_connection((host, int(port)), timeout=30) for _ in range(rng.randint(6, 12))]
@@ -301,11 +303,11 @@ def test_a_burst_of_keep_alive_connections_is_shared_by_both_web_processes(tmp_p
             for conn in burst:
                 conn.close()
             rounds.append(held)
-            assert sum(held) == len(burst) and min(held) >= 1, f"(runbridge, helper) held {rounds}"
+            assert sum(held) == len(burst) and min(held) >= 1, f"web processes held {rounds}"
             gone = partial(lambda addresses: not any(connections_from(p, addresses) for p in processes), clients)
             wait_until(gone, what="the burst's closes")
         totals = [sum(column) for column in zip(*rounds, strict=True)]
-        assert min(totals) >= sum(totals) // 4, f"(runbridge, helper) held {rounds}"
+        assert min(totals) >= sum(totals) // 4, f"web processes held {rounds}"
 
 
 def read_response(conn: socket.socket) -> bytes:
@@ -326,8 +328,28 @@ def connections_from(process: psutil.Process, clients: set) -> list:
     return [c for c in process.net_connections(kind="tcp") if c.raddr and tuple(c.raddr) in clients]
 
 
-def test_a_helper_web_process_ends_when_runbridge_is_killed(tmp_path, fake_agent):
+def test_the_web_processes_end_when_runbridge_is_killed(tmp_path, fake_agent):
     with BridgeServer(tmp_path, "http://127.0.0.1:9", str(fake_agent), {"BRIDGE_WEB_PROCESSES": "2"}) as bridge:
-        helper = helper_of(bridge)
+        web = web_processes_of(bridge)
         bridge.proc.kill()
-        helper.wait(timeout=30)  # its stdin pipe closed with the parent
+        gone, alive = psutil.wait_procs(web, timeout=30)  # their stdin pipes closed with the parent
+        assert not alive, alive
+
+
+def test_a_web_process_that_dies_is_replaced_and_tasks_run_on(tmp_path, fake_agent):
+    """runbridge starts a web process again when one exits by itself; the task waiting meanwhile is not touched."""
+    with BridgeServer(tmp_path, "http://127.0.0.1:9", str(fake_agent), {"BRIDGE_WEB_PROCESSES": "2"}) as bridge:
+        task_id = waiting_task(bridge)
+        dead = web_processes_of(bridge)[0]
+        dead.kill()
+
+        def replaced() -> list[psutil.Process] | None:
+            web = bridge.web_processes()
+            return web if len(web) == 2 and dead.pid not in {process.pid for process in web} else None
+
+        web = wait_until(replaced, what="a new web process")
+        for process in web:
+            connection_served_by(bridge, process).close()  # each one accepts
+        assert bridge.decide(task_id, "allow").status_code == 200
+        assert wait_until(lambda: bridge.task(task_id)["status"] == "done" or None, what="the task's end")
+        assert f"web process {dead.pid} exited by itself" in bridge.output()

@@ -1,7 +1,7 @@
 """Benchmark (`make bench`): 200 running tasks whose agents all sleep, what the Bridge server costs meanwhile.
 
-Measured on the `runbridge` process (web server and supervisor in one) and its helper web processes once every task's
-agent is spawned: their resident memory, their threads, the CPU they burn over SAMPLE_S while nothing happens, and how
+Measured on the `runbridge` process (the supervisor) and the web processes it started, once every task's agent is
+spawned: their resident memory, their threads, the CPU they burn over SAMPLE_S while nothing happens, and how
 fast `/health` answers.
 """
 
@@ -58,15 +58,14 @@ def main() -> None:
         with BridgeServer(root, "http://127.0.0.1:9", fake_agent(root), extra_env=env) as bridge:
             ids = [bridge.create_task("say asleep\nsleep 600", bridge.work, timeout_s=900) for _ in range(args.tasks)]
             all_spawned(bridge, ids)
-            server = psutil.Process(bridge.proc.pid)
-            web = [server] + [child for child in server.children() if "--inherited-endpoint" in child.cmdline()]
+            web = bridge.processes()
             time.sleep(2)  # let the spawn burst settle
             before, started = cpu_seconds(web), time.monotonic()
             time.sleep(SAMPLE_S)
             cores = (cpu_seconds(web) - before) / (time.monotonic() - started)
             rss, kind = memory_mb(web)
             threads = sum(process.num_threads() for process in web)
-            note = f"runbridge and {len(web) - 1} helper web process(es)"
+            note = f"runbridge (the supervisor) and {len(web) - 1} web process(es)"
             health = []
             for _ in range(20):
                 sent = time.perf_counter()

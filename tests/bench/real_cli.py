@@ -37,7 +37,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,8 +132,8 @@ def run_directly(claude: str, env: dict[str, str], cwd: Path, made: Path, runs: 
 
 def run_through_bridge(bridge: BridgeServer, cwd: Path, made: Path, mode: str, runs: Runs) -> None:
     """One task over REST: create, follow its SSE stream, allow its one permission as soon as it shows."""
-    server = psutil.Process(bridge.proc.pid)
-    cpu = sum(server.cpu_times()[:2])
+    server = bridge.processes()
+    cpu = sum(sum(process.cpu_times()[:2]) for process in server)
     sent = time.time()
     task_id = bridge.create_task(PROMPT, cwd, permission_mode=mode)
     times: dict[str, float] = {}
@@ -147,7 +146,7 @@ def run_through_bridge(bridge: BridgeServer, cwd: Path, made: Path, mode: str, r
         elif kind == "status" and event["data"]["data"]["status"] == "done":
             times["done"] = event_time(event)
     ended = time.time()
-    cpu = sum(server.cpu_times()[:2]) - cpu
+    cpu = sum(sum(process.cpu_times()[:2]) for process in server) - cpu
     if not {"permission_request", "tool_result", "done"} <= times.keys() or not made.exists():
         raise SystemExit(f"task {task_id}: no permission request, tool result, {made} or end: {bridge.task(task_id)}")
     runs.add(

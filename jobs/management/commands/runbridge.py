@@ -1,7 +1,12 @@
-"""`manage.py runbridge`: Daphne (REST, SSE, pages, admin) and the supervisor in one process — the embedded default.
+"""`manage.py runbridge`: Bridge's web side and its supervisor, started together — the embedded default.
 
-It prints a one-time login link for the browser, so a newcomer needs no password to get in.
+With one web process (one core, Windows, an IPv6 address) this process serves and supervises. With more, it binds the
+port, runs the supervisor and starts that many web processes sharing the socket, so no stream or request waits behind
+the supervisor's recording (docs/architecture.md, "Process model"). It prints a one-time login link for the browser,
+so a newcomer needs no password to get in.
 """
+
+from __future__ import annotations
 
 import argparse
 import logging
@@ -10,34 +15,25 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 
 from daphne.endpoints import build_endpoint_description_strings
 from django.conf import settings
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
-from twisted.internet import reactor
 
-from bridge.asgi import application
 from jobs import executors, integrations, processes
 from jobs.auth import login_link_path, login_user
 from jobs.hints import manage_command
 from jobs.models import PermissionRequest
 from jobs.supervisor import Supervisor
-from jobs.webserver import FlowControlledServer
 
 log = logging.getLogger("jobs")
 
-
-class ListeningServer(FlowControlledServer):
-    """Daphne's server, keeping why it could not listen (Daphne itself only logs it and exits 0)."""
-
-    listen_failure = ""
-
-    def listen_error(self, failure) -> None:
-        self.listen_failure = failure.getErrorMessage()
-        super().listen_error(failure)
+# A web process has this long to start serving; runbridge looks this often for one that has exited by itself.
+WEB_START_S = 60
+WEB_CHECK_S = 1.0
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -91,12 +87,13 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
         parser.add_argument("--port", type=int, default=8800, help="port (default 8800; 0 picks a free one)")
         parser.add_argument("--no-supervisor", action="store_true", help="serve only; run tasks elsewhere")
-        parser.add_argument("--inherited-endpoint", help=argparse.SUPPRESS)  # a helper: serve the parent's socket
+        parser.add_argument("--inherited-endpoint", help=argparse.SUPPRESS)  # a web process: serve the parent's socket
 
     def handle(self, *args, host, port, no_supervisor, inherited_endpoint, **options):
         if inherited_endpoint:
-            return self._serve_as_helper(inherited_endpoint)
-        self.helpers: list[subprocess.Popen] = []
+            return self._serve_inherited(inherited_endpoint)
+        self.url = ""
+        self.web_processes: list[subprocess.Popen] = []
         sharing = settings.BRIDGE_WEB_PROCESSES > 1 and processes.can_share_listening_socket() and ":" not in host
         listener = bind(host, port) if sharing else None
         if listener is None:
@@ -105,34 +102,15 @@ class Command(BaseCommand):
         self.login_path = self._login_link()
         connections.close_all()  # this thread only waits from here on: give its connection (a pool slot) back
         supervisor, thread = (None, None) if no_supervisor else self._start_supervisor()
-        if listener is None:
-            endpoints = build_endpoint_description_strings(host=host, port=port)
-            endpoints = [f"{endpoint}:backlog={settings.BRIDGE_LISTEN_BACKLOG}" for endpoint in endpoints]
-        else:
-            endpoints = [shared_endpoint(listener)]
-            self.helpers = [self._start_helper(listener) for _ in range(1, settings.BRIDGE_WEB_PROCESSES)]
-            listener.detach()  # Twisted adopts the descriptor, and closes it once it has its own copy
-        server = ListeningServer(
-            application=ASGIStaticFilesHandler(application),
-            endpoints=endpoints,
-            signal_handlers=False,  # ours, below: the first stop drains while this server goes on serving
-            verbosity=0,
-            ready_callable=lambda: reactor.callWhenRunning(self._announce, server),
-            shares_socket=listener is not None,
-        )
-        self.url = ""
-        stopping = Stopping(self, supervisor, thread)
-        with processes.on_stop_signals(
-            lambda name: reactor.callFromThread(stopping.drain, name),
-            lambda name: reactor.callFromThread(stopping.now, name),
-        ):
-            server.run()
-        self._stop_helpers()
-        if thread is not None and thread.is_alive():  # the server stopped by itself (it could not listen)
-            supervisor.request_stop()
-            thread.join()
-        if server.listen_failure:
-            raise CommandError(port_taken(host, port, server.listen_failure))
+        try:
+            if listener is None:
+                self._serve_here(host, port, supervisor, thread)
+            else:
+                self._mind_web_processes(listener, supervisor, thread)
+        finally:
+            if thread is not None and thread.is_alive():  # serving ended by itself (it could not listen, or failed)
+                supervisor.request_stop()
+                thread.join()
 
     def _start_supervisor(self) -> tuple[Supervisor, threading.Thread]:
         self.stderr.write("\n".join(executors.startup_lines(executors.executor_report())))
@@ -145,39 +123,93 @@ class Command(BaseCommand):
             raise CommandError(f"{supervisor.startup_error}. Did you run {manage_command('migrate')}?")
         return supervisor, thread
 
-    def _start_helper(self, listener: socket.socket) -> subprocess.Popen:
-        """Another web process: it serves this one's socket and stops when this one closes its stdin (or dies)."""
+    # --- one process: it serves, and supervises on a thread ---------------------------------------------------------
+
+    def _serve_here(self, host: str, port: int, supervisor: Supervisor | None, thread: threading.Thread | None) -> None:
+        from bridge.asgi import application  # here, not above: see _serve_inherited
+        from jobs import webserver
+
+        stopping = Stopping(self, supervisor, thread, stop_serving=webserver.stop_serving)
+        endpoints = build_endpoint_description_strings(host=host, port=port)
+        endpoints = [f"{endpoint}:backlog={settings.BRIDGE_LISTEN_BACKLOG}" for endpoint in endpoints]
+        failure = webserver.serve(
+            application, endpoints, on_listening=self._announce, drain=stopping.drain, now=stopping.now
+        )
+        if failure:
+            raise CommandError(port_taken(host, port, failure))
+
+    def _serve_inherited(self, endpoint: str) -> None:
+        """A web process started by runbridge: its socket, no supervisor, no messages. It says "serving" on stdout once
+        it listens, and stops when its stdin closes (runbridge closed it, or died)."""
+        # Imported here: a runbridge that only supervises never serves, and Twisted, Daphne and the app cost it 27 MB.
+        from bridge.asgi import application
+        from jobs import webserver
+
+        def stop_when_the_parent_does() -> None:
+            sys.stdin.buffer.read()  # returns at EOF
+            webserver.stop_serving()
+
+        def ready(address: tuple[str, int]) -> None:
+            sys.stdout.write("serving\n")
+            sys.stdout.flush()
+
+        threading.Thread(target=stop_when_the_parent_does, name="parent-watch", daemon=True).start()
+        webserver.serve(application, [endpoint], shares_socket=True, on_listening=ready)
+
+    # --- more processes: this one supervises, the web processes serve its socket ------------------------------------
+
+    def _mind_web_processes(
+        self, listener: socket.socket, supervisor: Supervisor | None, thread: threading.Thread | None
+    ) -> None:
+        """Start the web processes, announce once they serve, start one again if it exits by itself, and stop them
+        once the drain is over (or at once without a supervisor)."""
+        stopped = threading.Event()
+        stopping = Stopping(self, supervisor, thread, stop_serving=stopped.set)
+        try:
+            for _ in range(settings.BRIDGE_WEB_PROCESSES):
+                self.web_processes.append(self._start_web_process(listener))
+            for web in self.web_processes:
+                self._wait_until_serving(web)
+            with processes.on_stop_signals(stopping.drain, stopping.now):
+                self._announce(listener.getsockname()[:2])
+                while not stopped.wait(WEB_CHECK_S):
+                    self._restart_exited(listener)
+        finally:
+            self._stop_web_processes()
+            listener.close()
+
+    def _start_web_process(self, listener: socket.socket) -> subprocess.Popen:
         argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "runbridge", "--no-supervisor"]
         argv += ["--inherited-endpoint", shared_endpoint(listener)]
         return processes.spawn_sharing(argv, listener.fileno(), env=os.environ.copy(), cwd=str(settings.BASE_DIR))
 
-    def _stop_helpers(self) -> None:
-        for helper in self.helpers:
-            helper.stdin.close()
-        for helper in self.helpers:
+    def _wait_until_serving(self, web: subprocess.Popen) -> None:
+        """Wait for its "serving" line; one that has not said it within WEB_START_S is killed."""
+        deadline = threading.Timer(WEB_START_S, web.kill)
+        deadline.start()
+        said = web.stdout.readline()
+        deadline.cancel()
+        if not said:
+            raise CommandError(
+                f"a web process did not start serving (exit code {web.wait()}): its error is above, if it printed one"
+            )
+
+    def _restart_exited(self, listener: socket.socket) -> None:
+        for index, web in enumerate(self.web_processes):
+            if web.poll() is not None:
+                log.warning("web process %d exited by itself (exit code %s); starting another", web.pid, web.returncode)
+                self.web_processes[index] = self._start_web_process(listener)
+
+    def _stop_web_processes(self) -> None:
+        for web in self.web_processes:
+            web.stdin.close()
+        for web in self.web_processes:
             try:
-                helper.wait(timeout=15)
+                web.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                log.warning("web process %d did not stop within 15 s; killing it", helper.pid)
-                helper.kill()
-
-    def _serve_as_helper(self, endpoint: str) -> None:
-        """A helper web process: the parent's socket, no supervisor, no messages; stops when its stdin closes."""
-        server = FlowControlledServer(
-            application=ASGIStaticFilesHandler(application),
-            endpoints=[endpoint],
-            signal_handlers=False,
-            verbosity=0,
-            shares_socket=True,
-        )
-
-        def stop_when_the_parent_does() -> None:
-            sys.stdin.buffer.read()  # returns at EOF: the parent closed the pipe, or died
-            reactor.callFromThread(reactor.stop)
-
-        threading.Thread(target=stop_when_the_parent_does, name="parent-watch", daemon=True).start()
-        with processes.on_stop_signals(lambda name: reactor.callFromThread(reactor.stop)):
-            server.run()
+                log.warning("web process %d did not stop within 15 s; killing it", web.pid)
+                web.kill()
+            web.stdout.close()
 
     def _login_link(self) -> str:
         """A link for the first superuser (made on a fresh install)."""
@@ -188,47 +220,50 @@ class Command(BaseCommand):
             )
         return login_link_path(user)
 
-    def _announce(self, server: ListeningServer) -> None:
-        if not server.listening_addresses:
-            reactor.callLater(0.05, self._announce, server)
+    def _announce(self, address: tuple[str, int]) -> None:
+        if self.url:  # one line for a server that listens on more than one address
             return
-        host, port = server.listening_addresses[0]
-        url = integrations.client_url(host, port)
+        url = self.url = integrations.client_url(*address)
         try:
             integrations.record_server_url(url)  # install_hermes_skill and register_claude default to it
         except OSError as exc:
             log.warning(
                 "could not record this address in %s (%s): pass --url to install_hermes_skill", settings.DATA_DIR, exc
             )
-        self.url = url
         self.stdout.write(f"Open this one-time login link (valid 1 hour): {url}{self.login_path}")
         self.stdout.write(f"Bridge is listening on {url}/")
         self.stdout.write(
             f"  data: {settings.DATA_DIR}   allowed roots: {', '.join(map(str, settings.BRIDGE_ALLOWED_ROOTS))}"
-            f"   web processes: {1 + len(self.helpers)}"
+            f"   web processes: {len(self.web_processes) or 1}"
         )
         sys.stdout.flush()
 
 
 class Stopping:
-    """Ctrl-C, SIGTERM or Ctrl-Break, the first time: stop claiming and let running tasks finish while the server goes
-    on serving, so a person can still answer the ones that wait for a decision; stop serving once they are done (or
+    """Ctrl-C, SIGTERM or Ctrl-Break, the first time: stop claiming and let running tasks finish while Bridge goes on
+    serving, so a person can still answer the ones that wait for a decision; stop serving once they are done (or
     BRIDGE_DRAIN_S has passed and the rest are cancelled). The second time: cancel them now, saying why."""
 
-    def __init__(self, command: Command, supervisor: Supervisor | None, thread: threading.Thread | None) -> None:
-        self.command, self.supervisor, self.thread = command, supervisor, thread
+    def __init__(
+        self,
+        command: Command,
+        supervisor: Supervisor | None,
+        thread: threading.Thread | None,
+        stop_serving: Callable[[], None],
+    ) -> None:
+        self.command, self.supervisor, self.thread, self.stop_serving = command, supervisor, thread, stop_serving
 
     def drain(self, name: str) -> None:
         if self.supervisor is None:
             self.command.stderr.write(f"Bridge: {name} received: stopped serving.")
-            reactor.stop()
+            self.stop_serving()
             return
         threading.Thread(target=self._drain_then_stop, args=(name,), name="drain", daemon=True).start()
 
     def now(self, name: str) -> None:
         self.command.stderr.write(f"Bridge: {name} received again: cancelling the running tasks now…")
         if self.supervisor is None:
-            reactor.stop()
+            self.stop_serving()
         else:
             self.supervisor.stop_now()
 
@@ -242,7 +277,7 @@ class Stopping:
         self.supervisor.request_stop()
         self.thread.join()
         self.command.stderr.write("Bridge: every task has ended; stopped serving.")
-        reactor.callFromThread(reactor.stop)
+        self.stop_serving()
 
     def drain_message(self, name: str) -> str:
         tasks = self.supervisor.running_tasks()
