@@ -179,10 +179,13 @@ def waiting_task(bridge: BridgeServer) -> str:
     return task_id
 
 
-def test_a_stop_serves_on_until_the_person_has_answered_the_waiting_task(tmp_path, fake_agent):
+@pytest.mark.parametrize("web_processes", ["1", "2"])  # one: the supervisor's process serves (Windows' only way)
+def test_a_stop_serves_on_until_the_person_has_answered_the_waiting_task(tmp_path, fake_agent, web_processes):
     """Ctrl-C does not end a task that waits for a person: the server goes on serving, says where to answer, and
     stops once the task has finished."""
-    with BridgeServer(tmp_path, "http://127.0.0.1:9", str(fake_agent), {"BRIDGE_DRAIN_S": "120"}) as bridge:
+    env = {"BRIDGE_DRAIN_S": "120", "BRIDGE_WEB_PROCESSES": web_processes}
+    with BridgeServer(tmp_path, "http://127.0.0.1:9", str(fake_agent), env) as bridge:
+        assert f"web processes: {web_processes}" in "\n".join(bridge.stdout_lines)
         task_id = waiting_task(bridge)
         bridge.proc.send_signal(signal.SIGINT)
         link = f"{bridge.url.rstrip('/')}/tasks/{task_id}/"
@@ -200,8 +203,10 @@ def test_a_stop_serves_on_until_the_person_has_answered_the_waiting_task(tmp_pat
     assert "every task has ended; stopped serving" in bridge.output()
 
 
-def test_a_second_stop_cancels_at_once_and_says_so_on_the_permission(tmp_path, fake_agent):
-    with BridgeServer(tmp_path, "http://127.0.0.1:9", str(fake_agent), {"BRIDGE_DRAIN_S": "120"}) as bridge:
+@pytest.mark.parametrize("web_processes", ["1", "2"])
+def test_a_second_stop_cancels_at_once_and_says_so_on_the_permission(tmp_path, fake_agent, web_processes):
+    env = {"BRIDGE_DRAIN_S": "120", "BRIDGE_WEB_PROCESSES": web_processes}
+    with BridgeServer(tmp_path, "http://127.0.0.1:9", str(fake_agent), env) as bridge:
         task_id = waiting_task(bridge)
         bridge.proc.send_signal(signal.SIGINT)
         wait_until(lambda: "Ctrl-C again cancels them now" in bridge.output(), what="the drain message")
