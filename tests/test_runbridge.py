@@ -1,5 +1,6 @@
 """`manage.py runbridge` as an operator meets it: a port already taken, and a burst of connections at once."""
 
+import io
 import json
 import random
 import shlex
@@ -14,7 +15,10 @@ from functools import partial
 import httpx
 import psutil
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from jobs.management.commands import runbridge
 from tests.e2e import REPO, BridgeServer
 from tests.support import wait_until
 
@@ -358,3 +362,34 @@ def test_a_web_process_that_dies_is_replaced_and_tasks_run_on(tmp_path, fake_age
         assert bridge.decide(task_id, "allow").status_code == 200
         assert wait_until(lambda: bridge.task(task_id)["status"] == "done" or None, what="the task's end")
         assert f"web process {dead.pid} exited by itself" in bridge.output()
+
+
+class ExitedAtOnce:
+    """A web process that has already exited (the unit test below needs no real one)."""
+
+    def __init__(self) -> None:
+        self.pid, self.returncode = 4242, 1
+        self.stdin, self.stdout = io.BytesIO(), io.BytesIO()
+
+    def poll(self) -> int:
+        return self.returncode
+
+
+@given(checks=st.lists(st.floats(0.01, 3.0), min_size=1, max_size=40))
+def test_a_web_process_that_keeps_exiting_is_started_again_at_most_every_restart_interval(checks):
+    """Whenever runbridge looks (at generated intervals), a slot whose process has exited gets a new one only once
+    WEB_RESTART_S has passed since the last start there, and then at that very look."""
+    clock = [0.0]
+    command = runbridge.Command()
+    command.web_processes, command.web_started = [ExitedAtOnce()], [0.0]
+    command._start_web_process = lambda listener: ExitedAtOnce()
+    starts = [0.0]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runbridge.time, "monotonic", lambda: clock[0])
+        for gap in checks:
+            clock[0] += gap
+            due = clock[0] - starts[-1] >= runbridge.WEB_RESTART_S
+            command._restart_exited(listener=None)
+            if due:
+                starts.append(clock[0])
+            assert command.web_started == [starts[-1]], (starts, clock[0])

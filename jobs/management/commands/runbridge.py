@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 from daphne.endpoints import build_endpoint_description_strings
@@ -31,9 +32,11 @@ from jobs.supervisor import Supervisor
 
 log = logging.getLogger("jobs")
 
-# A web process has this long to start serving; runbridge looks this often for one that has exited by itself.
+# A web process has this long to start serving; runbridge looks this often for one that has exited by itself, and
+# starts one again at most WEB_RESTART_S after the last start in its place (one that cannot start is not a busy loop).
 WEB_START_S = 60
 WEB_CHECK_S = 1.0
+WEB_RESTART_S = 5.0
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -94,6 +97,7 @@ class Command(BaseCommand):
             return self._serve_inherited(inherited_endpoint)
         self.url = ""
         self.web_processes: list[subprocess.Popen] = []
+        self.web_started: list[float] = []  # when each of them started (time.monotonic)
         sharing = settings.BRIDGE_WEB_PROCESSES > 1 and processes.can_share_listening_socket() and ":" not in host
         listener = bind(host, port) if sharing else None
         if listener is None:
@@ -168,6 +172,7 @@ class Command(BaseCommand):
         try:
             for _ in range(settings.BRIDGE_WEB_PROCESSES):
                 self.web_processes.append(self._start_web_process(listener))
+                self.web_started.append(time.monotonic())
             for web in self.web_processes:
                 self._wait_until_serving(web)
             with processes.on_stop_signals(stopping.drain, stopping.now):
@@ -195,10 +200,13 @@ class Command(BaseCommand):
             )
 
     def _restart_exited(self, listener: socket.socket) -> None:
+        now = time.monotonic()
         for index, web in enumerate(self.web_processes):
-            if web.poll() is not None:
+            if web.poll() is not None and now - self.web_started[index] >= WEB_RESTART_S:
                 log.warning("web process %d exited by itself (exit code %s); starting another", web.pid, web.returncode)
-                self.web_processes[index] = self._start_web_process(listener)
+                web.stdin.close()
+                web.stdout.close()
+                self.web_processes[index], self.web_started[index] = self._start_web_process(listener), now
 
     def _stop_web_processes(self) -> None:
         for web in self.web_processes:
