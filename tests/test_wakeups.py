@@ -1,9 +1,13 @@
 """A run is event-driven (issue 12): it wakes for output, its child's exit, rings from others and the supervisor's
 sweep, not on a clock, and never for its own writes."""
 
+import threading
+
 import pytest
+from django.db.backends.signals import connection_created
 
 from jobs import actions, doorbell
+from jobs import supervisor as supervisor_module
 from jobs.models import TaskEvent
 from jobs.supervisor import TaskRun
 from jobs.vocabulary import Status
@@ -55,3 +59,23 @@ def test_a_cancel_whose_ring_was_lost_still_reaches_the_run_through_the_sweep(su
     task = wait_for(task, timeout=20)
     assert task.status == Status.CANCELLED
     assert task.error == "ring lost"
+
+
+def test_a_quiet_run_gives_its_connection_back_and_takes_another_for_its_next_output(supervisor, monkeypatch):
+    """An open connection costs memory (SQLite) or a pool slot (PostgreSQL) however long the agent is quiet."""
+    monkeypatch.setattr(supervisor_module, "QUIET_CLOSE_S", 0.2)
+    opened_by: list[threading.Thread] = []
+
+    def opened(sender, connection, **kwargs) -> None:
+        opened_by.append(threading.current_thread())
+
+    connection_created.connect(opened)
+    try:
+        task = wait_for(make_task("say before\nsleep 1\nsay after"), timeout=20)
+    finally:
+        connection_created.disconnect(opened)
+    assert task.status == Status.DONE
+    texts = [event.data["text"] for event in TaskEvent.objects.filter(task=task, kind="text").order_by("seq")]
+    assert texts == ["before", "after"]
+    run_opens = [thread for thread in opened_by if isinstance(thread, TaskRun)]
+    assert len(run_opens) >= 2, f"the run opened {len(run_opens)} connection(s): it kept its first while quiet"
