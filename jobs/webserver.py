@@ -15,6 +15,8 @@ Back-pressure: an ASGI `send` that waits while the client is not reading.
 
 `AcceptTurns`: web processes that share one listening socket take turns accepting from it.
 
+`serve`: the server as runbridge runs it, in its own process or in each web process it starts.
+
 Daphne hands every reply straight to Twisted, which buffers whatever the socket cannot take yet, without limit: a
 client that stops reading an SSE stream or a websocket made the server hold the rest of the transcript for it.
 Twisted already knows when a connection's buffer is full (it pauses a registered push producer) and when it has

@@ -55,8 +55,8 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def shared_endpoint(listener: socket.socket) -> str:
-    """The Twisted endpoint that adopts the IPv4 socket `listener`, in this process and in the helpers that inherit it
-    (Daphne's `fd` endpoint parser takes no other address family)."""
+    """The Twisted endpoint that adopts the IPv4 socket `listener` in the web processes that inherit it (Daphne's `fd`
+    endpoint parser takes no other address family)."""
     return f"fd:fileno={listener.fileno()}"
 
 
