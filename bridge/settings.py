@@ -197,6 +197,9 @@ else:
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
+# Django sets this process's TZ to TIME_ZONE as it starts. The TZ it was started with (None: unset) is what agents
+# and Bridge's own processes get instead (jobs/executors.py `started_environ`): an agent keeps the user's time zone.
+STARTED_WITH_TZ = os.environ.get("TZ")
 USE_I18N = False
 USE_TZ = True
 

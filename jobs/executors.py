@@ -94,13 +94,23 @@ class ExecutorStatus:
         return lines
 
 
+def started_environ() -> dict[str, str]:
+    """This process's environment as it was started. Django has since set TZ to its TIME_ZONE (UTC); an agent given
+    that would show the user every time in UTC (`date`, file times), and so would the agents of a supervisor that
+    this process starts."""
+    env = {name: value for name, value in os.environ.items() if name != "TZ"}
+    if settings.STARTED_WITH_TZ is not None:
+        env["TZ"] = settings.STARTED_WITH_TZ
+    return env
+
+
 def child_env(extra: dict[str, str] | None = None, *, names: tuple[str, ...] = ()) -> dict[str, str]:
     """The allow-listed environment a child inherits (the common names, `names`, BRIDGE_PASS_ENV), never Bridge's own
     settings or secrets (docs/architecture.md principle 6); `extra` is added as given."""
     passed = (set(ENV_NAMES) | set(names) | set(settings.BRIDGE_PASS_ENV)) - set(BRIDGE_ENV_NAMES)
     env = {
         name: value
-        for name, value in os.environ.items()
+        for name, value in started_environ().items()
         if (name in passed or name.startswith(ENV_PREFIXES)) and not name.startswith(BRIDGE_ENV_PREFIXES)
     }
     env.update(extra or {})

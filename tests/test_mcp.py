@@ -261,7 +261,10 @@ def test_a_job_outlives_the_mcp_process_that_started_it(mcp_env, supervisor, wor
 
 
 def test_without_a_supervisor_the_mcp_server_starts_one_that_outlives_it(mcp_env, work_root):
-    task = "sleep 1\nsay hello from the detached one"
+    """It also hands on the time zone the MCP server was started with, which Django replaced with UTC in the
+    server's own process: the agents it runs keep the user's zone."""
+    task = "sleep 1\nenv TZ\nsay hello from the detached one"
+    mcp_env = {**mcp_env, "TZ": "Asia/Tokyo"}
     started = call_stdio(mcp_env, "claude_run", task=task, cwd=str(work_root), wait_s=0)
     match = re.search(r"started one \(pid (\d+), log (\S+)\)", started.text)
     assert match, started
@@ -271,6 +274,8 @@ def test_without_a_supervisor_the_mcp_server_starts_one_that_outlives_it(mcp_env
         assert psutil.Process(pid).status() != psutil.STATUS_ZOMBIE, "it outlives the MCP process that started it"
         collected = call_stdio(mcp_env, "hermes_status", job_id=started.job_id, wait_s=60)
         assert collected.status == "STATUS: ok" and collected.text.endswith("hello from the detached one")
+        said = TaskEvent.objects.filter(task__public_id=started.job_id, kind="text").order_by("seq")
+        assert [event.data["text"] for event in said] == ["Asia/Tokyo", "hello from the detached one"]
         assert Worker.objects.filter(pid=pid, stopped_at__isnull=True).exists()
         health = call_stdio(mcp_env, "hermes_health")
         assert f"pid {pid}" in health.text

@@ -6,12 +6,17 @@ import os
 import signal
 import subprocess
 import sys
+import zoneinfo
 from pathlib import Path
+from unittest import mock
 
 import psutil
 import pytest
+from django.test import override_settings
+from hypothesis import given
+from hypothesis import strategies as st
 
-from jobs import actions
+from jobs import actions, executors
 from jobs.errors import Conflict
 from jobs.models import AgentSession, PermissionRequest, Task, TaskEvent
 from jobs.vocabulary import Status
@@ -208,6 +213,27 @@ def test_child_environment_is_allow_listed(supervisor, settings, monkeypatch):
     task = wait_for(make_task(script))
     seen = [e.data["text"] for e in actions.events_since(task) if e.kind == "text"]
     assert seen == ["<unset>", "<unset>", "http://127.0.0.1:9", "yes"]
+
+
+@pytest.mark.parametrize("started_with", ["America/New_York", None])
+def test_the_agent_keeps_the_time_zone_bridge_was_started_with(supervisor, settings, started_with):
+    """Django sets this process's TZ to TIME_ZONE (UTC) as it starts; the agent gets the zone Bridge was started with,
+    or none when there was none (it then reads the system's own), never UTC in the user's stead."""
+    assert os.environ["TZ"] == settings.TIME_ZONE  # what Django did to this process
+    settings.STARTED_WITH_TZ = started_with
+    task = wait_for(make_task("env TZ"))
+    assert [e.data["text"] for e in actions.events_since(task) if e.kind == "text"] == [started_with or "<unset>"]
+
+
+@given(
+    started_with=st.one_of(st.none(), st.sampled_from(sorted(zoneinfo.available_timezones())), st.text(max_size=20)),
+    current=st.sampled_from(["UTC", "Europe/Paris", ""]),
+)
+def test_started_environ_gives_back_the_tz_this_process_was_started_with(started_with, current):
+    with override_settings(STARTED_WITH_TZ=started_with), mock.patch.dict(os.environ, {"TZ": current}):
+        env, child = executors.started_environ(), executors.child_env()
+        assert env.get("TZ") == child.get("TZ") == started_with
+        assert {k: v for k, v in env.items() if k != "TZ"} == {k: v for k, v in os.environ.items() if k != "TZ"}
 
 
 def test_resume_passes_session_and_links_the_same_agent_session(supervisor):

@@ -1,7 +1,6 @@
 """`manage.py mcp` serves the tools on stdio, and starts a detached supervisor when none is alive, so the jobs
 it queues run and outlive it (Claude Desktop ends the server whenever it likes)."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +44,7 @@ class SupervisorStarter:
             return processes.spawn_detached(
                 [sys.executable, str(settings.BASE_DIR / "manage.py"), "supervise"],
                 cwd=settings.BASE_DIR,
-                env=os.environ.copy(),
+                env=executors.started_environ(),
                 output=log_file,
             )
 

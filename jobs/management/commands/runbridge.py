@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import socket
 import subprocess
 import sys
@@ -186,7 +185,8 @@ class Command(BaseCommand):
     def _start_web_process(self, listener: socket.socket) -> subprocess.Popen:
         argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "runbridge", "--no-supervisor"]
         argv += ["--inherited-endpoint", shared_endpoint(listener)]
-        return processes.spawn_sharing(argv, listener.fileno(), env=os.environ.copy(), cwd=str(settings.BASE_DIR))
+        env, cwd = executors.started_environ(), str(settings.BASE_DIR)
+        return processes.spawn_sharing(argv, listener.fileno(), env=env, cwd=cwd)
 
     def _wait_until_serving(self, web: subprocess.Popen) -> None:
         """Wait for its "serving" line; one that has not said it within WEB_START_S is killed."""
