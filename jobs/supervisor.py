@@ -264,10 +264,13 @@ class TaskRun(threading.Thread):
 
     def _record_end(self, **fields: Any) -> None:
         """Write what is owed, then the end, however long the database takes: while this supervisor lives, its task
-        never stays running. A task ended elsewhere meanwhile gets nothing more."""
+        never stays running. A task ended elsewhere meanwhile gets nothing more. With nothing owed and no question
+        open, `finish_task` alone sees to that (it ends only a running task, and there is nothing of this run's for it
+        to close), which spares the end a read."""
 
         def write() -> None:
-            if actions.current_state(self.task).status != Status.RUNNING:
+            owed = self.rec.writes or self.open_asks
+            if owed and actions.current_state(self.task).status != Status.RUNNING:
                 self.rec.clear()
                 return
             self.rec.write_all()

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import zoneinfo
 from pathlib import Path
 from unittest import mock
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from jobs import actions, executors
 from jobs.errors import Conflict
 from jobs.models import AgentSession, PermissionRequest, Task, TaskEvent
+from jobs.supervisor import TaskRun
 from jobs.vocabulary import Status
 from tests.support import database_url, has_event, make_task, wait_for
 
@@ -443,6 +445,45 @@ def test_a_task_ended_elsewhere_is_abandoned_and_its_agent_killed(supervisor):
     assert_gone(task.pid)
     assert Task.objects.get(pk=task.pk).status == Status.ORPHANED
     assert Task.objects.get(pk=task.pk).last_seq == closed_at, "nothing is recorded after the task was closed"
+
+
+class NoSupervisor:
+    def wake(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("owed", ["nothing", "events", "an open question"])
+@pytest.mark.parametrize("ended", ["no", "orphaned by a peer", "status changed behind Bridge's back"])
+def test_the_end_is_recorded_only_on_a_task_still_running(transactional_db, work_root, owed, ended):
+    """The run's last write, after its agent exited: a task ended elsewhere meanwhile gets nothing more, whatever
+    the run still owed (the read that checks is skipped only when it owes nothing and has no question open)."""
+    task = make_task("say hi")
+    task = actions.claim_next_task(actions.register_worker(1, name="test-end"))
+    run = TaskRun(NoSupervisor(), task)
+    if owed == "events":
+        run.rec.add_events([("text", {"text": "said last"})])
+    elif owed == "an open question":
+        actions.record_permission_request(task, request_id="q1", tool_name="Bash", tool_input={"command": "ls"})
+        run.open_asks["q1"] = time.monotonic()
+    if ended == "orphaned by a peer":
+        actions.mark_orphaned(task, "a peer found this supervisor's heartbeat stale")
+    elif ended != "no":
+        Task.objects.filter(pk=task.pk).update(status=Status.CANCELLED)
+    before = Task.objects.get(pk=task.pk)
+    questions_before = list(PermissionRequest.objects.values_list("status", flat=True))
+
+    run._record_end(status=Status.DONE, result="done")
+
+    after = Task.objects.get(pk=task.pk)
+    kinds = [event.kind for event in actions.events_since(after)]
+    if ended == "no":
+        assert after.status == Status.DONE and kinds[-1] == "status"
+        assert ("text" in kinds) == (owed == "events")
+        assert all(status == "cancelled" for status in PermissionRequest.objects.values_list("status", flat=True))
+    else:
+        assert (after.status, after.last_seq) == (before.status, before.last_seq), "nothing more is recorded"
+        assert list(PermissionRequest.objects.values_list("status", flat=True)) == questions_before
+        assert not run.rec.writes
 
 
 def test_a_supervisor_without_a_database_says_why_and_exits(tmp_path):
