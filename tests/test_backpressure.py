@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.views import STREAM_READ_THREADS
 from jobs.webserver import FlowControlledServer
 from tests.e2e import BridgeServer
 from tests.support import fake_agent_script, wait_until
@@ -150,3 +151,35 @@ def test_a_response_whose_client_has_gone_ends_without_an_error():
     server._release(request)
 
     assert request.channel is None and "drain" not in server.connections[request]
+
+
+OPEN_STREAMS = 30
+# Besides the stream readers' connections, a web process may hold one per thread that answered a plain request.
+OTHER_CONNECTIONS = 3
+
+
+def test_open_streams_share_a_few_database_connections(tmp_path):
+    """However many SSE streams are open, each web process reads for them on STREAM_READ_THREADS threads, each with
+    one connection to the database. Before, every open stream kept a thread of its own with a connection of its own:
+    60 open streams held 61 SQLite connections and 23 MB more in the web processes."""
+    with BridgeServer(tmp_path, "http://127.0.0.1:9", claude=fake_agent_script(tmp_path)) as server:
+        task_id = server.create_task("say hi\nsleep 60", server.work)
+        streams = []
+        try:
+            for _ in range(OPEN_STREAMS):
+                sock = connect_without_reading(server, sse_request(server, task_id))
+                streams.append(sock)
+                received = b""
+                while b"\nid: " not in received:  # an event with a seq: the stream has read the database
+                    received += sock.recv(65536) or pytest.fail(f"a stream closed: {received!r}")
+            database = server.data_dir / "bridge.sqlite3"
+            held = [
+                sum(Path(file.path) == database for file in process.open_files()) for process in server.web_processes()
+            ]
+            bound = STREAM_READ_THREADS + OTHER_CONNECTIONS
+            assert len(held) == 2 and all(count <= bound for count in held), (held, bound)
+            assert sum(held) < OPEN_STREAMS, "the test opened too few streams to tell the difference"
+        finally:
+            for sock in streams:
+                sock.close()
+            server.post("/v1/task/cancel", {"task_id": task_id})

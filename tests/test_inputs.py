@@ -244,7 +244,7 @@ def test_a_seq_from_a_client_is_taken_only_in_the_columns_range(value):
             actions.parse_seq(str(value))
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # the stream reads on threads of its own: what it reads must be committed
 def test_sse_refuses_a_seq_past_the_columns_range_in_json(work_root):
     token = actions.create_token("seq")[1]
     task = actions.create_task(actions.TaskSpec(prompt="say hi", cwd=str(work_root)))
