@@ -19,7 +19,10 @@ from tests.e2e import BridgeServer
 from tests.support import fake_agent_script, wait_until
 
 LINES, LINE_BYTES = 12_000, 1_000  # a 12 MB transcript
-READERS = 4
+# More readers than STREAM_READ_THREADS: their reads share those threads' connections and page caches, whose cost
+# is then spread. With 4 readers an SSE reader cost 5.4-5.8 MB here, too near the bound on a loaded machine; with 8,
+# 4.6 MB (a websocket reader 2 MB).
+READERS = 8
 # What one stuck reader may cost: Twisted's 64 KiB write buffer plus the one batch (500 events) read for it.
 # Without back-pressure each cost the whole transcript: 42 MB (SSE) and 14 MB (websocket) here.
 PER_READER_BYTES = 6_000_000
