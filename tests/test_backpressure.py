@@ -171,6 +171,7 @@ def test_open_streams_share_a_few_database_connections(tmp_path):
         try:
             for _ in range(OPEN_STREAMS):
                 sock = connect_without_reading(server, sse_request(server, task_id))
+                sock.settimeout(30)  # a stream that never sends an event fails the test instead of hanging it
                 streams.append(sock)
                 received = b""
                 while b"\nid: " not in received:  # an event with a seq: the stream has read the database
