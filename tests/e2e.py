@@ -259,8 +259,10 @@ def sse_events(
 ) -> Iterator[dict]:
     """Follow GET /v1/task/output/stream; yield {"id": int|None, "event": str, "data": dict} per SSE event.
 
-    Stops after the `end` event (which is yielded) or when the stream closes. Raises TimeoutError once
-    `deadline_s` has passed (the server sends heartbeats, so this is checked even when the task is silent).
+    Stops after the `end` event (which is yielded) or when the stream closes. After `end` it reads the stream to its
+    close (hbridge's `done` comes in the same write), so the connection goes back to the client's pool as any
+    keep-alive client's would, instead of being dropped unread. Raises TimeoutError once `deadline_s` has passed (the
+    server sends heartbeats, so this is checked even when the task is silent).
     """
     params = {"task_id": task_id}
     if since is not None:
@@ -276,13 +278,16 @@ def sse_events(
             response.read()
             raise AssertionError(f"SSE stream: {response.status_code} {response.text}")
         event_id, event, data = None, "message", []
-        for line in response.iter_lines():
+        lines = response.iter_lines()
+        for line in lines:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"SSE stream of task {task_id} still open after {deadline_s} s")
             if line == "":
                 if data:
                     yield {"id": event_id, "event": event, "data": json.loads("\n".join(data))}
                     if event == "end":
+                        for _ in lines:
+                            pass
                         return
                 event_id, event, data = None, "message", []
                 continue

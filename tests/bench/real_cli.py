@@ -145,10 +145,12 @@ def run_through_bridge(bridge: BridgeServer, cwd: Path, made: Path, mode: str, r
             times[kind] = event_time(event)
         elif kind == "status" and event["data"]["data"]["status"] == "done":
             times["done"] = event_time(event)
-    ended = time.time()
+        elif kind == "end":
+            times["end"] = time.time()  # the client has the outcome; the stream's close that follows is transport
     cpu = sum(sum(process.cpu_times()[:2]) for process in server) - cpu
-    if not {"permission_request", "tool_result", "done"} <= times.keys() or not made.exists():
+    if not {"permission_request", "tool_result", "done", "end"} <= times.keys() or not made.exists():
         raise SystemExit(f"task {task_id}: no permission request, tool result, {made} or end: {bridge.task(task_id)}")
+    ended = times["end"]
     runs.add(
         ended - sent,
         spawn=times["spawned"] - sent,
