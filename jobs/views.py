@@ -66,10 +66,9 @@ def _frames(frames: Iterable[hbridge.Frame]) -> bytes:
 
 def _on_stream_readers(function: Callable[..., object]) -> Callable[..., Coroutine]:
     """`function` as a coroutine run on STREAM_READERS, its database connection handed back after it when the
-    settings say so. Not on the request's own thread, as `sync_to_async` would: Django's ASGI handler gives each
-    request a thread for its thread-sensitive calls, and a stream holds its request open, so each open stream kept a
-    thread with a database connection of its own (60 open streams: 61 SQLite connections and 23 MB more in the web
-    processes). The request's thread itself stays, idle, as Django's handler made it."""
+    settings say so: every open stream's reads share those threads and their connections. On a thread per stream, as
+    under Django's ASGI handler (a thread per request for its thread-sensitive calls), 60 open streams held 61 SQLite
+    connections and 23 MB more in the web processes."""
 
     def call(*args, **kwargs):
         try:
@@ -164,12 +163,15 @@ def _open_stream(request: HttpRequest) -> tuple[Task, int] | HttpResponse:
     return actions.get_task(task_id), since
 
 
-async def task_stream(request: HttpRequest) -> HttpResponse:
+def task_stream(request: HttpRequest) -> HttpResponse:
     """SSE in Bridge's and hbridge's vocabularies (jobs/hbridge.py): Bridge's events have `id:` = seq (resume with
-    Last-Event-ID or ?since=); the stream opens with `connected` and ends with `end`, then hbridge's `done`."""
+    Last-Event-ID or ?since=); the stream opens with `connected` and ends with `end`, then hbridge's `done`.
+
+    A sync view like the others: it checks the request on its thread and returns; the stream's coroutine runs on the
+    event loop (jobs/webserver.py `PooledDjango`), holding no thread while it waits."""
     if request.method != "GET":
         return JsonResponse({"error": "use GET", "code": "method_not_allowed"}, status=405, headers={"Allow": "GET"})
-    opened = await _on_stream_readers(_open_stream)(request)
+    opened = _open_stream(request)
     if isinstance(opened, HttpResponse):
         return opened
     task, since = opened

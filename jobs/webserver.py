@@ -38,7 +38,7 @@ import io
 import json
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from a2wsgi.wsgi import build_environ
@@ -69,8 +69,10 @@ ACCEPT_TURN_MAX_HELD = 4
 class PooledDjango:
     """An ASGI app that answers each HTTP request with one call of a WSGI app (Django's) on a fixed pool of threads.
 
-    Meant for responses Django builds in memory anyway: a streaming response would be read whole before it is sent
-    (the SSE stream is served by Django's ASGI handler instead; bridge/asgi.py)."""
+    A response Django builds in memory is carried back whole. A response that streams from an async iterator (the
+    SSE stream, jobs/views.py) is sent from the event loop as the iterator yields, and ends early if the client
+    leaves: its view runs on a pool thread like any other and hands the thread back when it returns, so an open
+    stream holds no thread (Django's ASGI handler, which served it before, kept a thread per open stream)."""
 
     def __init__(self, wsgi: Callable, workers: int) -> None:
         self.wsgi = wsgi
@@ -86,10 +88,14 @@ class PooledDjango:
             self.pool, call, self.respond, environ
         )
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": content})
+        if isinstance(content, bytes):
+            await send({"type": "http.response.body", "body": content})
+        else:
+            await stream_until_gone(content, receive, send)
 
-    def respond(self, environ: dict) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """(status, headers, body) of the WSGI app's answer, on a pool thread."""
+    def respond(self, environ: dict) -> tuple[int, list[tuple[bytes, bytes]], bytes | AsyncIterator[bytes]]:
+        """(status, headers, body) of the WSGI app's answer, on a pool thread; the body is an async iterator when the
+        response streams from one."""
         started: list = []
         chunks: list[bytes] = []
 
@@ -101,13 +107,39 @@ class PooledDjango:
             return chunks.append
 
         response = self.wsgi(environ, start_response)
+        streams = getattr(response, "is_async", False)
         try:
-            chunks.extend(response)
+            if not streams:
+                chunks.extend(response)
         finally:
             close = getattr(response, "close", None)
             if close is not None:
-                close()
-        return started[0], started[1], b"".join(chunks)
+                close()  # Django's request_finished: this thread's part of the request is over either way
+        return started[0], started[1], response.streaming_content if streams else b"".join(chunks)
+
+
+async def stream_until_gone(chunks: AsyncIterator[bytes], receive, send) -> None:
+    """Send `chunks` as a streamed body until they end or the client disconnects, whichever comes first; a client
+    that leaves cancels the iterator wherever it waits (the stream's reader waits on the doorbell, and would notice
+    only at its next write)."""
+
+    async def send_all() -> None:
+        async for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def until_disconnect() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    sending, leaving = asyncio.ensure_future(send_all()), asyncio.ensure_future(until_disconnect())
+    try:
+        done, _ = await asyncio.wait((sending, leaving), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        leaving.cancel()
+        sending.cancel()  # nothing if it ended
+    if sending in done:
+        sending.result()  # a failed stream fails the request: Daphne logs it and closes the connection
 
 
 async def read_body(receive, limit: int) -> bytes | None:

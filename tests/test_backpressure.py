@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 from jobs.views import STREAM_READ_THREADS
 from jobs.webserver import FlowControlledServer
@@ -156,17 +157,20 @@ def test_a_response_whose_client_has_gone_ends_without_an_error():
     assert request.channel is None and "drain" not in server.connections[request]
 
 
-OPEN_STREAMS = 30
+OPEN_STREAMS = 40
 # Besides the stream readers' connections, a web process may hold one per thread that answered a plain request.
 OTHER_CONNECTIONS = 3
 
 
-def test_open_streams_share_a_few_database_connections(tmp_path):
-    """However many SSE streams are open, each web process reads for them on STREAM_READ_THREADS threads, each with
-    one connection to the database. Before, every open stream kept a thread of its own with a connection of its own:
-    60 open streams held 61 SQLite connections and 23 MB more in the web processes."""
+def test_open_streams_share_a_few_threads_and_database_connections(tmp_path):
+    """However many SSE streams are open, a web process reads for them on STREAM_READ_THREADS threads, each with one
+    connection to the database, and holds no thread per stream. Before, under Django's ASGI handler, every open stream
+    kept a thread of its own (60 open streams: 71 more threads in the web processes), and until the reads moved to
+    shared threads a connection of its own too (61 SQLite connections and 23 MB more)."""
     with BridgeServer(tmp_path, "http://127.0.0.1:9", claude=fake_agent_script(tmp_path)) as server:
         task_id = server.create_task("say hi\nsleep 60", server.work)
+        web = server.web_processes()
+        threads_before = [process.num_threads() for process in web]
         streams = []
         try:
             for _ in range(OPEN_STREAMS):
@@ -177,12 +181,15 @@ def test_open_streams_share_a_few_database_connections(tmp_path):
                 while b"\nid: " not in received:  # an event with a seq: the stream has read the database
                     received += sock.recv(65536) or pytest.fail(f"a stream closed: {received!r}")
             database = server.data_dir / "bridge.sqlite3"
-            held = [
-                sum(Path(file.path) == database for file in process.open_files()) for process in server.web_processes()
-            ]
+            held = [sum(Path(file.path) == database for file in process.open_files()) for process in web]
             bound = STREAM_READ_THREADS + OTHER_CONNECTIONS
             assert len(held) == 2 and all(count <= bound for count in held), (held, bound)
             assert sum(held) < OPEN_STREAMS, "the test opened too few streams to tell the difference"
+            # the threads a web process may start for them: the stream readers, and its request pool as it fills
+            grown = [process.num_threads() - before for process, before in zip(web, threads_before, strict=True)]
+            bound = STREAM_READ_THREADS + settings.BRIDGE_WEB_THREADS
+            assert all(growth <= bound for growth in grown), (grown, bound)
+            assert len(web) * bound < OPEN_STREAMS, "the test opened too few streams to tell the difference"
         finally:
             for sock in streams:
                 sock.close()

@@ -1,6 +1,6 @@
-"""bridge/asgi.py: plain HTTP requests run on a fixed pool of threads that keep their database connections, one
-hand-off each, with the request's body read whole (and no further than Django would take it); only the SSE stream
-takes Django's ASGI handler."""
+"""bridge/asgi.py: HTTP requests run on a fixed pool of threads that keep their database connections, one hand-off
+each, with the request's body read whole (and no further than Django would take it); the SSE stream's coroutine
+then streams from the event loop, until the task ends or its client leaves."""
 
 import asyncio
 import json
@@ -194,3 +194,32 @@ def test_a_body_over_the_limit_is_refused_413(settings, work_root, token):
     start, answer = asyncio.run(create())
     assert start["status"] == 413 and json.loads(answer["body"])["code"] == "too_large"
     assert not Task.objects.exists()
+
+
+@pytest.mark.parametrize("events_read", [1, 3])
+def test_a_stream_whose_client_leaves_ends_at_once(settings, token, events_read):
+    """The stream's coroutine waits on the doorbell between reads; a client that leaves cancels it there, instead of
+    its noticing at its next write (a heartbeat, BRIDGE_SSE_HEARTBEAT_S later) or never holding anything again."""
+    from bridge.asgi import application
+
+    settings.BRIDGE_SSE_HEARTBEAT_S = settings.BRIDGE_POLL_S = 600
+    task = make_task("say hi")  # queued: its stream waits for news
+    query = f"task_id={task.public_id}".encode()
+    scope = {**SCOPE, "method": "GET", "path": "/v1/task/output/stream", "raw_path": b"/v1/task/output/stream"}
+    scope.update(query_string=query, headers=[(b"authorization", f"Bearer {token}".encode())])
+
+    async def leave_after_reading() -> tuple[int, bytes, bool]:
+        communicator = ApplicationCommunicator(application, scope)
+        await communicator.send_input({"type": "http.request", "body": b""})
+        start = await communicator.receive_output(10)
+        body = b""
+        while body.count(b"\n\n") < events_read:
+            body += (await communicator.receive_output(10))["body"]
+        await communicator.send_input({"type": "http.disconnect"})
+        ended, _ = await asyncio.wait({communicator.future}, timeout=10)
+        await communicator.wait(0)  # the app's own error, if it failed; cancelled if it is still going
+        return start["status"], body, bool(ended)
+
+    status, body, ended = asyncio.run(leave_after_reading())
+    assert status == 200 and b"event: connected" in body
+    assert ended, "the stream went on waiting after its client left"
