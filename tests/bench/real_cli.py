@@ -18,7 +18,8 @@ request → the tool's result, `result` → the task done, done → the client's
 `result`, request read → tool result and `result` → exit; and give the server process's CPU time per task (psutil:
 on 2 cores it competes with the CLI's node process). They also give the ratio's 90 % interval (`ratio_interval`):
 the CLI's own run varies by tens of milliseconds from one run to the next, as much as Bridge's whole part, so a
-ratio a hair over or under the goal may be noise, and the interval says how much.
+ratio a hair over or under the goal may be noise, and the interval says how much. A last row divides the direct runs
+by themselves (an A/A test): in five such runs of 30 pairs here it read 0.964–1.030.
 
 Each mode's ratio divides by the median of all the direct runs, both modes' twins: a direct run is the same whatever
 the mode, and they interleave with both modes' Bridge runs through the same minutes. Dividing each mode by only its
@@ -212,6 +213,21 @@ def rows(mode: str, through: Runs, direct: Runs) -> list[Row]:
     ]
 
 
+def noise_row(direct: Runs) -> Row:
+    """The direct runs against themselves: those before an approve run ÷ those before a bypass run. The two halves
+    are the same CLI run the same way, so how far this lands from 1 is how finely the rows above can tell Bridge's
+    part from the CLI's own variation in this run (an A/A test)."""
+    first, second = direct.total[0::2], direct.total[1::2]
+    low, high = ratio_interval(first, second)
+    return Row(
+        "real Claude Code task, the same CLI run directly: one half of the runs ÷ the other, p50",
+        p50(first) / p50(second),
+        unit="×",
+        limit=1.0,
+        note=f"the measure's own noise: 90 % interval {low:.3f}–{high:.3f} over {len(first)} pairs",
+    )
+
+
 def measure(claude: str, runs: int) -> tuple[dict[str, Runs], Runs]:
     """Per mode, the Bridge runs; and all direct runs, interleaved: direct, Bridge (approve), direct, Bridge (bypass),
     …, so each round holds one direct run per mode."""
@@ -249,7 +265,7 @@ def main() -> None:
         emit([Row("real Claude Code task, Bridge ÷ the same CLI run directly", None, note=str(missing))])
         return
     through, direct = measure(claude, args.runs)
-    emit([row for mode in MODES for row in rows(mode, through[mode], direct)])
+    emit([*(row for mode in MODES for row in rows(mode, through[mode], direct)), noise_row(direct)])
 
 
 if __name__ == "__main__":
