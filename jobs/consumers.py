@@ -2,8 +2,9 @@
 
 A client says which seq (or list cursor) it saw last and gets everything after it from the database, then live
 news. Doorbell rings (in-process, or through the channel layer from another process) only wake the reader
-(docs/architecture.md, "Principles" 1): a dropped one costs latency, never an event, because each reader also looks
-again after BRIDGE_POLL_S.
+(docs/architecture.md, "Principles" 1): a dropped one costs latency, never an event, because the process's sweep
+wakes a task's reader when its task has news it has not read (jobs/watching.py), and the list's reader looks again
+after BRIDGE_POLL_S.
 """
 
 import asyncio
@@ -23,6 +24,7 @@ from jobs import actions, auth, doorbell
 from jobs.errors import BridgeError, NotFound
 from jobs.models import AgentSession, PermissionRequest, Task, TaskCount, TaskEvent, Worker
 from jobs.vocabulary import TERMINAL_STATUSES, Status
+from jobs.watching import TaskWatch
 
 log = logging.getLogger(__name__)
 EVENT_BATCH = 500
@@ -120,10 +122,13 @@ class BridgeConsumer(AsyncJsonWebsocketConsumer):
 
     async def accept_and_pump(self) -> None:
         """Listen before accepting: once a client sees the socket open, no later news can slip past it."""
-        self.waiter = doorbell.AsyncWaiter(self.key)
+        self.waiter = self.make_waiter()
         await self.waiter.joined()
         await self.accept()
         self.pump = asyncio.create_task(self.pump_or_close())
+
+    def make_waiter(self) -> doorbell.AsyncWaiter | TaskWatch:
+        return doorbell.AsyncWaiter(self.key)
 
     async def pump_or_close(self) -> None:
         """An unexpected error ends the socket with 1011 and a reason, after its traceback is logged: never silent."""
@@ -173,11 +178,15 @@ class TaskEventsConsumer(BridgeConsumer):
         self.session_seen: tuple[int | None, str | None] = (None, None)
         self.pending: int | None = None  # counted again when a batch holds a permission event
 
+    def make_waiter(self) -> TaskWatch:
+        return TaskWatch(self.task)
+
     @database_sync_to_async
     def read_after(self, settle: bool) -> tuple[dict, list[dict]]:
         """The events after `since` and the task's state: two queries while the task streams. The supervisor, its
-        session and the pending count are read again only when they may have changed; `settle` (nothing rang)
-        checks that the supervisor still lives, since a dead one rings no more."""
+        session and the pending count are read again only when they may have changed; `settle` (the first read)
+        checks that the supervisor still lives, since a dead one rings no more (after that the sweep does,
+        jobs/watching.py)."""
         if settle:
             actions.settle_if_orphaned(self.task)
         if self.task.status == Status.QUEUED:
@@ -210,9 +219,10 @@ class TaskEventsConsumer(BridgeConsumer):
         """Events, then the state whenever it differs from the last one sent in more than its last seq (which the
         events carry; a wait reason changes without an event), then `end` with the task's real last seq (not a
         `since` past it)."""
-        sent, rang = None, True
+        sent, first = None, True
         while True:
-            state, events = await self.read_after(settle=not rang)
+            state, events = await self.read_after(settle=first)
+            first = False
             for event in events:
                 await self.send_json(event)
                 self.since = event["seq"]
@@ -224,7 +234,9 @@ class TaskEventsConsumer(BridgeConsumer):
                 await self.send_json({"type": "end", "status": state["status"], "last_seq": state["last_seq"]})
                 await self.close()
                 return
-            rang = len(events) == EVENT_BATCH or await self.waiter.wait(timeout=settings.BRIDGE_POLL_S)
+            if len(events) < EVENT_BATCH:  # else more may be there already
+                self.waiter.read(self.since, self.task)
+                await self.waiter.wait()
 
 
 class TaskListConsumer(BridgeConsumer):

@@ -486,7 +486,12 @@ class AsyncWaiter:
         finally:
             await layer.group_discard(group_name(key), channel)
 
-    async def wait(self, timeout: float) -> bool:
+    def wake(self) -> None:
+        """Wake the waiting coroutine as a ring would; from the waiter's own event loop."""
+        self._event.set()
+
+    async def wait(self, timeout: float | None) -> bool:
+        """True once rung (or woken) since the last wait returned True; False after `timeout` seconds (None: none)."""
         try:
             await asyncio.wait_for(self._event.wait(), timeout)
         except TimeoutError:

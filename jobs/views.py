@@ -5,11 +5,9 @@ Pages are thin adapters: every button calls the same jobs.actions function as th
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable, Iterable
 from functools import wraps
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model, login
@@ -18,7 +16,6 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.tokens import default_token_generator
 from django.contrib.staticfiles import finders
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection
 from django.db.models import Max
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
@@ -26,19 +23,16 @@ from django.urls import reverse
 from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_GET, require_POST
 
-from jobs import actions, auth, doorbell, executors, hbridge, hermes_skills, reports
+from jobs import actions, auth, executors, hbridge, hermes_skills, reports
 from jobs.errors import BridgeError, InvalidInput
 from jobs.forms import DecisionForm, FollowUpForm, NewTaskForm
 from jobs.hints import manage_command
 from jobs.models import PermissionRequest, Task, TaskCount, TaskEvent
 from jobs.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, PermissionMode, Source, Status, choices
+from jobs.watching import TaskWatch, on_stream_readers
 
 SSE_BATCH = 500
 SSE_PRIME = 200  # events a resumed stream re-reads so it does not send a streamed text twice
-# The streams' reads run on these threads, each keeping its database connection (SQLite) or handing it back after
-# every read (PostgreSQL's pool), however many streams are open (`_on_stream_readers`).
-STREAM_READ_THREADS = 4
-STREAM_READERS = ThreadPoolExecutor(max_workers=STREAM_READ_THREADS, thread_name_prefix="stream-read")
 
 
 @require_GET
@@ -64,27 +58,12 @@ def _frames(frames: Iterable[hbridge.Frame]) -> bytes:
     return b"".join(_sse(event_id, name, payload) for name, payload, event_id in frames)
 
 
-def _on_stream_readers(function: Callable[..., object]) -> Callable[..., Coroutine]:
-    """`function` as a coroutine run on STREAM_READERS, its database connection handed back after it when the
-    settings say so: every open stream's reads share those threads and their connections. On a thread per stream, as
-    under Django's ASGI handler (a thread per request for its thread-sensitive calls), 60 open streams held 61 SQLite
-    connections and 23 MB more in the web processes."""
-
-    def call(*args, **kwargs):
-        try:
-            return function(*args, **kwargs)
-        finally:
-            connection.close_if_unusable_or_obsolete()
-
-    return sync_to_async(call, thread_sensitive=False, executor=STREAM_READERS)
-
-
-def _read_after(task: Task, since: int, settle: bool) -> tuple[str, list[dict]]:
-    """The events after `since`; `settle` first when nothing rang (a dead supervisor rings no more)."""
+def _read_after(task: Task, since: int, settle: bool) -> list[dict]:
+    """The events after `since`, the task re-read first; `settle` first on the stream's first read (a dead
+    supervisor rings no more; after that the sweep sees to it, jobs/watching.py)."""
     if settle:
         actions.settle_if_orphaned(task)
-    events = actions.read_transcript(task, since, SSE_BATCH)
-    return task.status, [actions.event_data(e) for e in events]
+    return [actions.event_data(e) for e in actions.read_transcript(task, since, SSE_BATCH)]
 
 
 def _read_before(task: Task, since: int) -> list[dict]:
@@ -95,31 +74,33 @@ def _read_before(task: Task, since: int) -> list[dict]:
 
 
 async def _stream(task: Task, since: int) -> AsyncIterator[bytes]:
-    """Bridge's events and hbridge's (jobs/hbridge.py), read from the database by seq, until the task has ended."""
+    """Bridge's events and hbridge's (jobs/hbridge.py), read from the database by seq, until the task has ended. It
+    reads when its task rings or the sweep finds news for it (jobs/watching.py), and sends a heartbeat when quiet."""
     translator = hbridge.StreamTranslator(str(task.public_id))
-    translator.prime(await _on_stream_readers(_read_before)(task, since))
-    waiter = doorbell.AsyncWaiter(str(task.public_id))
+    translator.prime(await on_stream_readers(_read_before)(task, since))
+    watch = TaskWatch(task)
     heartbeat = settings.BRIDGE_SSE_HEARTBEAT_S
     try:
         yield b"retry: 2000\n\n" + _frames([translator.opened(task.status, task.error)])
-        last_sent, rang = time.monotonic(), False
+        last_sent, first = time.monotonic(), True
         while True:
-            status, events = await _on_stream_readers(_read_after)(task, since, settle=not rang)
+            events = await on_stream_readers(_read_after)(task, since, settle=first)
+            first = False
             if events:
                 yield _frames(frame for event in events for frame in translator.translate(event))
                 since, last_sent = events[-1]["seq"], time.monotonic()
-            if status in TERMINAL_STATUSES and len(events) < SSE_BATCH:  # the real end, whatever `since` said
-                yield _frames(translator.ending(status, task.exit_code, task.error, task.last_seq))
+            if task.status in TERMINAL_STATUSES and len(events) < SSE_BATCH:  # the real end, whatever `since` said
+                yield _frames(translator.ending(task.status, task.exit_code, task.error, task.last_seq))
                 return
             if len(events) == SSE_BATCH:  # more may be there already; any news after this read rings the waiter
                 continue
-            idle = time.monotonic() - last_sent
-            rang = await waiter.wait(timeout=max(0.05, min(settings.BRIDGE_POLL_S, heartbeat - idle)))
+            watch.read(since, task)
+            await watch.wait(timeout=max(0.05, heartbeat - (time.monotonic() - last_sent)))
             if time.monotonic() - last_sent >= heartbeat:
                 yield b": heartbeat\n\n"
                 last_sent = time.monotonic()
     finally:
-        waiter.close()
+        watch.close()
 
 
 def json_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

@@ -2,14 +2,17 @@
 
 Measured on the `runbridge` process (the supervisor) and the web processes it started, once every task's agent is
 spawned: their resident memory, their threads, the CPU they burn over SAMPLE_S while nothing happens, and how
-fast `/health` answers.
+fast `/health` answers. Then the same with an SSE stream open on every task, as a client watching them all holds
+them (each has read its first events and waits for news).
 """
 
 import argparse
+import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 
@@ -48,6 +51,46 @@ def memory_mb(processes: list[psutil.Process]) -> tuple[float, str]:
         return sum(process.memory_info().rss for process in processes) / 2**20, "RSS"
 
 
+def open_streams(bridge: BridgeServer, ids: list[str]) -> list[socket.socket]:
+    """One SSE stream per task, each read until its first event with a seq (it has read the database)."""
+    address = urlsplit(bridge.url)
+    streams = []
+    for task_id in ids:
+        sock = socket.create_connection((address.hostname, address.port), timeout=30)
+        streams.append(sock)
+        head = f"GET /v1/task/output/stream?task_id={task_id} HTTP/1.1\r\nHost: {address.hostname}\r\n"
+        sock.sendall(f"{head}Authorization: Bearer {bridge.token}\r\n\r\n".encode())
+        received = b""
+        while b"\nid: " not in received:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise SystemExit(f"the stream of task {task_id} closed before its first event: {received!r}")
+            received += chunk
+    return streams
+
+
+def server_costs(bridge: BridgeServer, what: str) -> list[Row]:
+    """What the server costs with nothing happening: memory, threads, CPU over SAMPLE_S, and `/health`."""
+    web = bridge.processes()
+    before, started = cpu_seconds(web), time.monotonic()
+    time.sleep(SAMPLE_S)
+    cores = (cpu_seconds(web) - before) / (time.monotonic() - started)
+    rss, kind = memory_mb(web)
+    threads = sum(process.num_threads() for process in web)
+    note = f"runbridge (the supervisor) and {len(web) - 1} web process(es)"
+    health = []
+    for _ in range(20):
+        sent = time.perf_counter()
+        bridge.get("/health").raise_for_status()
+        health.append(time.perf_counter() - sent)
+    return [
+        Row(f"{what}: server {kind}", rss, unit="MB", goal=300, note=note),
+        Row(f"{what}: server threads", threads, unit=""),
+        Row(f"{what}: server CPU", cores, unit="cores", goal=0.05),
+        Row(f"{what}: GET /health p50", p50(ms(health)), goal=50),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=200)
@@ -58,29 +101,15 @@ def main() -> None:
         with BridgeServer(root, "http://127.0.0.1:9", fake_agent(root), extra_env=env) as bridge:
             ids = [bridge.create_task("say asleep\nsleep 600", bridge.work, timeout_s=900) for _ in range(args.tasks)]
             all_spawned(bridge, ids)
-            web = bridge.processes()
             time.sleep(2)  # let the spawn burst settle
-            before, started = cpu_seconds(web), time.monotonic()
-            time.sleep(SAMPLE_S)
-            cores = (cpu_seconds(web) - before) / (time.monotonic() - started)
-            rss, kind = memory_mb(web)
-            threads = sum(process.num_threads() for process in web)
-            note = f"runbridge (the supervisor) and {len(web) - 1} web process(es)"
-            health = []
-            for _ in range(20):
-                sent = time.perf_counter()
-                bridge.get("/health").raise_for_status()
-                health.append(time.perf_counter() - sent)
+            rows = server_costs(bridge, f"{args.tasks} running tasks, agents asleep")
+            streams = open_streams(bridge, ids)
+            rows += server_costs(bridge, f"{args.tasks} running tasks, an SSE stream open on each")
+            for sock in streams:
+                sock.close()
             for task_id in ids:
                 bridge.post("/v1/task/cancel", {"task_id": task_id})
-    emit(
-        [
-            Row(f"{args.tasks} running tasks, agents asleep: server {kind}", rss, unit="MB", goal=300, note=note),
-            Row(f"{args.tasks} running tasks, agents asleep: server threads", threads, unit=""),
-            Row(f"{args.tasks} running tasks, agents asleep: server CPU", cores, unit="cores", goal=0.05),
-            Row(f"{args.tasks} running tasks, agents asleep: GET /health p50", p50(ms(health)), goal=50),
-        ]
-    )
+    emit(rows)
 
 
 if __name__ == "__main__":
