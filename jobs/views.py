@@ -95,9 +95,8 @@ async def _stream(task: Task, since: int) -> AsyncIterator[bytes]:
             if len(events) == SSE_BATCH:  # more may be there already; any news after this read rings the waiter
                 continue
             watch.read(since, task)
-            await watch.wait(timeout=max(0.05, heartbeat - (time.monotonic() - last_sent)))
-            if time.monotonic() - last_sent >= heartbeat:
-                yield b": heartbeat\n\n"
+            while not await watch.wait(timeout=max(0.05, heartbeat - (time.monotonic() - last_sent))):
+                yield b": heartbeat\n\n"  # a quiet while: nothing to read (the sweep would have said)
                 last_sent = time.monotonic()
     finally:
         watch.close()

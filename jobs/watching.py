@@ -79,16 +79,20 @@ class TaskWatch:
         self.waiter.close()
 
 
-MARK_FIELDS = ("public_id", "status", "last_seq", "wait_reason", "worker", "pid", "process_create_time")
-
-
 def read_marks(task_pks: list[int]) -> dict[int, Mark]:
     """The news marks of these tasks, after settling those whose supervisor died and explaining why queued ones wait
-    (each records and rings what it changes): one query, and one for their supervisors when any task runs."""
-    tasks = actions.settle_orphans(Task.objects.filter(pk__in=task_pks).only(*MARK_FIELDS))
-    if any(task.status == Status.QUEUED for task in tasks):
+    (each records and rings what it changes): one light query, and one for their supervisors when any task runs."""
+    rows = Task.objects.filter(pk__in=task_pks).values_list("pk", "last_seq", "status", "wait_reason", "worker_id")
+    marks, worker_of = {}, {}
+    for pk, last_seq, status, wait_reason, worker in rows:
+        marks[pk] = (last_seq, status, wait_reason)
+        if status == Status.RUNNING:
+            worker_of[pk] = worker
+    for task in actions.settle_running(worker_of) if worker_of else ():
+        marks[task.pk] = (task.last_seq, task.status, task.wait_reason)
+    if any(status == Status.QUEUED for _, status, _ in marks.values()):
         actions.explain_waits()  # at most every few seconds per process
-    return {task.pk: (task.last_seq, task.status, task.wait_reason) for task in tasks}
+    return marks
 
 
 class Sweep:

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from jobs import actions, doorbell, watching
 from jobs.actions import create_token
+from jobs.models import Task, Worker
+from jobs.vocabulary import Status
 from tests.support import make_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -154,3 +156,56 @@ def test_a_sweep_that_finds_the_database_away_leaves_the_streams_waiting(setting
 
     assert asyncio.run(body()) is False
     assert failures == [[task.pk]]
+
+
+def test_a_quiet_stream_sends_heartbeats_without_reading(settings, token, monkeypatch):
+    from bridge.asgi import application
+
+    settings.BRIDGE_POLL_S = 600  # no sweep within the test
+    settings.BRIDGE_SSE_HEARTBEAT_S = 0.1
+    task = make_task("say hi")
+    query = f"task_id={task.public_id}".encode()
+    scope = {**SCOPE, "query_string": query, "headers": [(b"authorization", f"Bearer {token}".encode())]}
+
+    async def body() -> tuple[Counter, bytes]:
+        with monkeypatch.context() as patch:
+            watched = Watched(patch)
+            stream = ApplicationCommunicator(application, scope)
+            await stream.send_input({"type": "http.request", "body": b""})
+            await watched.until_read(Counter({task.pk: 1}))
+            received = b""
+            while received.count(b": heartbeat") < 3:
+                received += (await stream.receive_output(5)).get("body", b"")
+            reads = Counter(watched.reads)
+            await stream.send_input({"type": "http.disconnect"})
+            await stream.wait(10)
+            return reads, received
+
+    reads, received = asyncio.run(body())
+    assert reads == Counter({task.pk: 1}), "a heartbeat made the stream read again"
+    assert received.count(b": heartbeat") >= 3
+
+
+@hypothesis_settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fates=st.lists(st.sampled_from(["queued", "live", "dead", "gone"]), min_size=1, max_size=6))
+def test_the_sweep_settles_exactly_the_running_tasks_whose_supervisor_is_dead(transactional_db, fates):
+    """Its marks are read without the tasks' rows; only a task whose supervisor died (or whose row is gone) is read
+    whole and orphaned, and its mark is then the orphaned one."""
+    live = actions.register_worker(10)
+    dead = actions.register_worker(10)
+    tasks = [make_task("say hi") for _ in fates]
+    for task, fate in zip(tasks, fates, strict=True):
+        if fate != "queued":
+            Task.objects.filter(pk=task.pk).update(status=Status.RUNNING, worker=live if fate == "live" else dead)
+    Worker.objects.filter(pk=dead.pk).update(pid=dead.pid + 10_000_000)  # its process is not there any more
+    Task.objects.filter(pk__in=[t.pk for t, fate in zip(tasks, fates, strict=True) if fate == "gone"]).update(
+        worker=None
+    )
+
+    marks = watching.read_marks([task.pk for task in tasks])
+
+    expected = {"queued": Status.QUEUED, "live": Status.RUNNING, "dead": Status.ORPHANED, "gone": Status.ORPHANED}
+    for task, fate in zip(tasks, fates, strict=True):
+        task.refresh_from_db()
+        assert task.status == expected[fate], (fate, task.status)
+        assert marks[task.pk][:2] == (task.last_seq, task.status), "the mark is read after the settling"

@@ -11,6 +11,7 @@ from jobs.actions.liveness import (
     live_supervisors,
     settle_if_orphaned,
     settle_orphans,
+    settle_running,
     settle_running_tasks,
     system_state,
 )
@@ -120,6 +121,7 @@ __all__ = [
     "running_by_worker",
     "settle_if_orphaned",
     "settle_orphans",
+    "settle_running",
     "settle_running_tasks",
     "status_event",
     "stop_worker",

@@ -41,12 +41,27 @@ def settle_orphans(tasks: Iterable[Task]) -> list[Task]:
     tasks = list(tasks)
     running = [task for task in tasks if task.status == Status.RUNNING]
     if running:
-        workers = Worker.objects.in_bulk({task.worker_id for task in running if task.worker_id})
-        alive = {pk: worker_is_alive(worker) for pk, worker in workers.items()}
+        workers, dead = _dead_workers({task.worker_id for task in running})
         for task in running:
-            if not alive.get(task.worker_id, False):
+            if task.worker_id in dead:
                 _orphan(task, workers.get(task.worker_id))
     return tasks
+
+
+def settle_running(worker_of: dict[int, int | None]) -> list[Task]:
+    """settle_orphans for running tasks known only by pk and supervisor id (`worker_of`), as a sweep reads them:
+    only a task whose supervisor is dead is read whole. Returns those, orphaned now."""
+    workers, dead = _dead_workers(set(worker_of.values()))
+    if not dead:
+        return []
+    orphans = Task.objects.filter(pk__in=[pk for pk, worker in worker_of.items() if worker in dead])
+    return [_orphan(task, workers.get(task.worker_id)) for task in orphans]
+
+
+def _dead_workers(pks: set[int | None]) -> tuple[dict[int, Worker], set[int | None]]:
+    """These supervisors' rows, and which of `pks` are dead (gone from the table, or None, counts as dead)."""
+    workers = Worker.objects.in_bulk(pks - {None})
+    return workers, {pk for pk in pks if pk not in workers or not worker_is_alive(workers[pk])}
 
 
 def settle_running_tasks() -> int:
