@@ -5,7 +5,7 @@ reconnecting), so each stream also looked again every BRIDGE_POLL_S by itself, a
 supervisor had died, since a dead one rings no more: an SSE stream on each of 200 quiet tasks made 400 reads a
 second and kept 0.66 cores busy (tests/bench/idle.py). Instead, one sweep per event loop reads every BRIDGE_POLL_S,
 in one query, what marks news on each watched task (its last seq, status and wait reason), settles those whose
-supervisor died, and wakes only the streams whose task has moved past what they last read: 0.03 cores for the same
+supervisor died, and wakes only the streams whose task has moved past what they last read: 0.02 cores for the same
 streams. A quiet stream costs nothing between rings; a lost ring still costs at most BRIDGE_POLL_S
 (docs/architecture.md, "Principles" 1).
 
