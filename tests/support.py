@@ -282,3 +282,15 @@ def terminate_backends(admin, name: str) -> int:
         [name],
     ).fetchall()
     return len(rows)
+
+
+# An HTTP request's ASGI scope as Daphne gives it, less the method, path, query and headers each test adds.
+ASGI_HTTP_SCOPE = {
+    "type": "http",
+    "http_version": "1.1",
+    "root_path": "",
+    "scheme": "http",
+    "query_string": b"",
+    "client": ("127.0.0.1", 50000),
+    "server": ("127.0.0.1", 8800),
+}

@@ -16,22 +16,12 @@ from jobs import actions, doorbell, watching
 from jobs.actions import create_token
 from jobs.models import Task, Worker
 from jobs.vocabulary import Status
-from tests.support import make_task
+from tests.support import ASGI_HTTP_SCOPE, make_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 STREAMS = 8
-SCOPE = {
-    "type": "http",
-    "http_version": "1.1",
-    "method": "GET",
-    "root_path": "",
-    "scheme": "http",
-    "path": "/v1/task/output/stream",
-    "raw_path": b"/v1/task/output/stream",
-    "client": ("127.0.0.1", 50000),
-    "server": ("127.0.0.1", 8800),
-}
+SCOPE = {**ASGI_HTTP_SCOPE, "method": "GET", "path": "/v1/task/output/stream", "raw_path": b"/v1/task/output/stream"}
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from jobs.actions import create_token
 from jobs.models import Task
 from jobs.webserver import read_body
-from tests.support import make_task
+from tests.support import ASGI_HTTP_SCOPE, make_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,15 +27,7 @@ def token() -> str:
     return create_token("web")[1]
 
 
-SCOPE = {
-    "type": "http",
-    "http_version": "1.1",
-    "root_path": "",
-    "scheme": "http",
-    "query_string": b"",
-    "client": ("127.0.0.1", 50000),
-    "server": ("127.0.0.1", 8800),
-}
+SCOPE = ASGI_HTTP_SCOPE
 
 
 async def get(app, path: str, query: str, token: str) -> tuple[int, bytes]:
