@@ -17,13 +17,11 @@ import logging
 import sys
 from collections.abc import Callable
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.core.signals import got_request_exception
 from django.db.backends.signals import connection_created
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.utils.decorators import sync_and_async_middleware
 from django.views import defaults
 
 from jobs.errors import BridgeError, DatabaseBusy, is_database_busy
@@ -50,27 +48,13 @@ class DatabaseBusyMiddleware:
     """Outermost. A view's exception is answered in `process_exception`; one raised by an inner middleware (a session
     saved after the view) has already become Django's 500 when it gets here, so that 500 is replaced."""
 
-    sync_capable = True
-    async_capable = True
-
     def __init__(self, get_response: Callable) -> None:
         self.get_response = get_response
-        if iscoroutinefunction(get_response):
-            markcoroutinefunction(self)
 
-    def __call__(self, request: HttpRequest):
-        if iscoroutinefunction(self):
-            return self.__acall__(request)
+    def __call__(self, request: HttpRequest) -> HttpResponse:
         token = _in_web_request.set(True)
         try:
             return self._replace_busy_500(request, self.get_response(request))
-        finally:
-            _in_web_request.reset(token)
-
-    async def __acall__(self, request: HttpRequest) -> HttpResponse:
-        token = _in_web_request.set(True)
-        try:
-            return self._replace_busy_500(request, await self.get_response(request))
         finally:
             _in_web_request.reset(token)
 
@@ -85,16 +69,9 @@ class DatabaseBusyMiddleware:
         return response
 
 
-@sync_and_async_middleware
 def api_answers_json(get_response: Callable) -> Callable:
     """Under /v1/ every error is JSON in the API's shape: one Django or django-ninja answers as HTML or plain text
     (a 405 for a method a path does not take) is rewritten, keeping its status and its Allow header."""
-    if iscoroutinefunction(get_response):
-
-        async def answer_async(request: HttpRequest) -> HttpResponse:
-            return as_json_error(request, await get_response(request))
-
-        return answer_async
 
     def answer(request: HttpRequest) -> HttpResponse:
         return as_json_error(request, get_response(request))

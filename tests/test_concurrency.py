@@ -389,7 +389,7 @@ def test_rest_answers_a_busy_database_with_503_json(error, settings, monkeypatch
 def test_sse_and_pages_answer_a_busy_database_with_503_json(settings, monkeypatch, django_user_model):
     monkeypatch.setattr("jobs.auth.authenticate", raising(busy()))
     assert_busy_answer(Client().get("/v1/task/output/stream", {"task_id": "x"}), settings)
-    # through Django's ASGI handler too: the middleware chain in async mode
+    # through Django's ASGI handler too, which runs the sync-only middleware chain adapted
     assert_busy_answer(asyncio.run(AsyncClient().get("/v1/task/output/stream", {"task_id": "x"})), settings)
     assert_busy_answer(asyncio.run(AsyncClient().get("/v1/tasks")), settings)
     client = Client()

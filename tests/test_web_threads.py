@@ -27,12 +27,9 @@ def token() -> str:
     return create_token("web")[1]
 
 
-SCOPE = ASGI_HTTP_SCOPE
-
-
 async def get(app, path: str, query: str, token: str) -> tuple[int, bytes]:
     scope = {
-        **SCOPE,
+        **ASGI_HTTP_SCOPE,
         "method": "GET",
         "path": path,
         "raw_path": path.encode(),
@@ -133,7 +130,7 @@ def test_a_create_sent_in_pieces_arrives_whole(work_root, token, prompt, cuts):
 
     body = json.dumps({"prompt": prompt, "cwd": str(work_root)}).encode()
     scope = {
-        **SCOPE,
+        **ASGI_HTTP_SCOPE,
         "method": "POST",
         "path": "/v1/task/create",
         "raw_path": b"/v1/task/create",
@@ -168,7 +165,7 @@ def test_a_body_over_the_limit_is_refused_413(settings, work_root, token):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     body = json.dumps({"prompt": "x" * 5000, "cwd": str(work_root)}).encode()
     scope = {
-        **SCOPE,
+        **ASGI_HTTP_SCOPE,
         "method": "POST",
         "path": "/v1/task/create",
         "raw_path": b"/v1/task/create",
@@ -197,8 +194,9 @@ def test_a_stream_whose_client_leaves_ends_at_once(settings, token, events_read)
     settings.BRIDGE_SSE_HEARTBEAT_S = settings.BRIDGE_POLL_S = 600
     task = make_task("say hi")  # queued: its stream waits for news
     query = f"task_id={task.public_id}".encode()
-    scope = {**SCOPE, "method": "GET", "path": "/v1/task/output/stream", "raw_path": b"/v1/task/output/stream"}
-    scope.update(query_string=query, headers=[(b"authorization", f"Bearer {token}".encode())])
+    path = "/v1/task/output/stream"
+    scope = {**ASGI_HTTP_SCOPE, "method": "GET", "path": path, "raw_path": path.encode(), "query_string": query}
+    scope["headers"] = [(b"authorization", f"Bearer {token}".encode())]
 
     async def leave_after_reading() -> tuple[int, bytes, bool]:
         communicator = ApplicationCommunicator(application, scope)
