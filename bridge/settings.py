@@ -113,8 +113,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "jobs.middleware.DatabaseBusyMiddleware",  # first: a busy database is a JSON 503 wherever it shows
-    "jobs.middleware.api_answers_json",  # every error under /v1/ in the API's JSON shape
+    "jobs.web.middleware.DatabaseBusyMiddleware",  # first: a busy database is a JSON 503 wherever it shows
+    "jobs.web.middleware.api_answers_json",  # every error under /v1/ in the API's JSON shape
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -198,7 +198,7 @@ else:
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 # Django sets this process's TZ to TIME_ZONE as it starts. The TZ it was started with (None: unset) is what agents
-# and Bridge's own processes get instead (jobs/executors.py `started_environ`): an agent keeps the user's time zone.
+# and Bridge's own processes get instead (`executors.started_environ`): an agent keeps the user's time zone.
 STARTED_WITH_TZ = os.environ.get("TZ")
 USE_I18N = False
 USE_TZ = True
@@ -235,7 +235,7 @@ BRIDGE_MAX_QUEUED = env_int("BRIDGE_MAX_QUEUED", 1000, minimum=1)
 BRIDGE_TASK_TIMEOUT_S = env_int("BRIDGE_TASK_TIMEOUT_S", 1800, minimum=0)
 BRIDGE_PERMISSION_TIMEOUT_S = env_int("BRIDGE_PERMISSION_TIMEOUT_S", 600, minimum=1)
 BRIDGE_MAX_PROMPT_BYTES = env_int("BRIDGE_MAX_PROMPT_BYTES", 256 * 1024, minimum=1)
-# A request body Django reads at most; a larger one is answered 413 (jobs/middleware.py). Room for the largest prompt
+# A request body Django reads at most; a larger one is answered 413 (web/middleware.py). Room for the largest prompt
 # and a permission's updatedInput (1 MiB) even when JSON escapes every character as \uXXXX (six bytes each).
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(8 * 1024 * 1024, 6 * BRIDGE_MAX_PROMPT_BYTES + 64 * 1024)
 BRIDGE_MAX_LINE_BYTES = env_int("BRIDGE_MAX_LINE_BYTES", 4 * 1024 * 1024, minimum=1024)
@@ -271,7 +271,7 @@ BRIDGE_WEB_THREADS = env_int("BRIDGE_WEB_THREADS", 8, minimum=1)
 BRIDGE_WEB_PROCESSES = env_int("BRIDGE_WEB_PROCESSES", min(2, os.cpu_count() or 1), minimum=1)
 BRIDGE_SSE_HEARTBEAT_S = env_int("BRIDGE_SSE_HEARTBEAT_S", 15, minimum=1)
 # A stream client (SSE or websocket) that reads nothing for this long is disconnected: what it has not read is
-# bounded by the connection's buffer (jobs/webserver.py), and a stuck client must not hold a stream forever.
+# bounded by the connection's buffer (jobs/web/webserver.py), and a stuck client must not hold a stream forever.
 BRIDGE_STREAM_STALL_S = env_int("BRIDGE_STREAM_STALL_S", 60, minimum=1)
 BRIDGE_PASS_ENV = env_list("BRIDGE_PASS_ENV", [])
 BRIDGE_READ_ROOTS = [Path(p).expanduser() for p in env_list("BRIDGE_READ_ROOTS", [], sep=os.pathsep)]

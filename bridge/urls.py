@@ -4,8 +4,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from jobs import views
-from jobs.api import api
+from jobs.web import views
+from jobs.web.api import api
 
 urlpatterns = [
     path("health", views.health, name="health"),
@@ -26,6 +26,6 @@ urlpatterns = [
 ]
 
 # Errors Django answers itself are JSON in the API's shape for /v1/ and programs, HTML only for a browser's pages.
-handler400 = "jobs.middleware.bad_request"
-handler404 = "jobs.middleware.page_not_found"
-handler500 = "jobs.middleware.server_error"
+handler400 = "jobs.web.middleware.bad_request"
+handler404 = "jobs.web.middleware.page_not_found"
+handler500 = "jobs.web.middleware.server_error"

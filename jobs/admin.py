@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from jobs import actions
-from jobs.errors import BridgeError
+from jobs.core.errors import BridgeError
 from jobs.models import AgentSession, ApiToken, PermissionRequest, Task, TaskEvent, Worker
 
 admin.site.site_header = "Bridge administration"
@@ -255,7 +255,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return False
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form, change: bool) -> None:
-        """A new token is made by jobs.auth (hashed) and its plain text is shown here, once."""
+        """A new token is made by jobs.web.auth (hashed) and its plain text is shown here, once."""
         if change:
             return
         row, token = actions.create_token(obj.name)

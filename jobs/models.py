@@ -7,10 +7,11 @@ reads them, through the named QuerySet methods here when a read recurs.
 import uuid
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from jobs.vocabulary import (
+from jobs.core.vocabulary import (
     TERMINAL_STATUSES,
     Agent,
     DecidedVia,
@@ -72,6 +73,12 @@ class PermissionRequestQuerySet(models.QuerySet):
 
     def oldest_first(self) -> "PermissionRequestQuerySet":
         return self.order_by("created_at", "id")
+
+    def overdue(self) -> "PermissionRequestQuerySet":
+        """Pending for longer than BRIDGE_PERMISSION_TIMEOUT_S: the one spelling of "past its timeout", for the
+        supervisor's sweep and for the denial (`actions.expire_permissions`)."""
+        cutoff = timezone.now() - timedelta(seconds=settings.BRIDGE_PERMISSION_TIMEOUT_S)
+        return self.pending().filter(created_at__lt=cutoff)
 
     def undelivered(self) -> "PermissionRequestQuerySet":
         """Answered, but the executor has not been told yet, in the order they were decided."""

@@ -32,7 +32,7 @@ def fake_agent(tmp_path, settings) -> Path:
 
 @pytest.fixture
 def supervisor(transactional_db, work_root, fake_agent, settings):
-    from jobs.supervisor import Supervisor
+    from jobs.supervision.supervisor import Supervisor
 
     sup = Supervisor()
     thread = threading.Thread(target=sup.run, daemon=True)
@@ -59,7 +59,7 @@ def mcp_env(transactional_db, work_root, fake_agent, settings, tmp_path) -> dict
         "BRIDGE_POLL_S": "0.1",
         "BRIDGE_HERMES_BIN": str(tmp_path / "no-such-hermes"),
         "HERMES_HOME": str(tmp_path / "hermes-home"),
-        "ANTHROPIC_API_KEY": "unused-by-the-fake-agent",  # so jobs/executors.py counts Claude as logged in
+        "ANTHROPIC_API_KEY": "unused-by-the-fake-agent",  # so jobs/agents/executors.py counts Claude as logged in
     }
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from jobs import actions, doorbell
+from jobs import actions
+from jobs.core import doorbell
 from jobs.models import Task
 from tests import server_logs
 from tests.e2e import run_manage

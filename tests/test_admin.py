@@ -9,9 +9,10 @@ from django.test import Client
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs import actions, auth
+from jobs import actions
 from jobs.admin import money
 from jobs.models import ApiToken, TaskEvent
+from jobs.web import auth
 from tests.support import make_task
 
 pytestmark = pytest.mark.django_db(transaction=True)

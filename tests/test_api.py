@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from jobs import actions
 from jobs.actions import create_token
-from jobs.hints import manage_command
+from jobs.core.hints import manage_command
+from jobs.core.vocabulary import Status
 from jobs.models import ApiToken, PermissionRequest, Task
-from jobs.vocabulary import Status
 
 pytestmark = pytest.mark.django_db
 
@@ -299,7 +299,7 @@ def test_openapi_schema_is_served(api):
 
 
 def test_secret_key_is_not_in_the_child_environment_by_default(settings, monkeypatch):
-    from jobs.executors import child_env
+    from jobs.agents.executors import child_env
 
     monkeypatch.setenv("DJANGO_SECRET_KEY", "s")
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
@@ -458,12 +458,12 @@ def test_events_since_beyond_what_the_database_counts_is_refused(api):
     ],
 )
 def test_requests_twisted_cannot_parse_get_a_json_answer_not_a_dropped_connection(raw, status, code):
-    """runbridge's HTTP connection (jobs.webserver.HttpChannel) answers what never reaches Django in the API's shape; a
+    """runbridge's HTTP connection (webserver.HttpChannel) answers what never reaches Django in the API's shape; a
     60,000-character task_id is under its line limit and reaches Django (test_inputs.py checks that answer)."""
     from twisted.internet.task import Clock
     from twisted.internet.testing import StringTransport
 
-    from jobs.webserver import MAX_REQUEST_LINE_BYTES, HttpChannel
+    from jobs.web.webserver import MAX_REQUEST_LINE_BYTES, HttpChannel
 
     assert len("GET /v1/task?task_id=" + "a" * 60_000 + " HTTP/1.1") < MAX_REQUEST_LINE_BYTES
     channel, transport = HttpChannel(), StringTransport()

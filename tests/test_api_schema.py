@@ -24,7 +24,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from jobs.actions import create_token
-from jobs.api import api
+from jobs.web.api import api
 
 pytestmark = pytest.mark.django_db
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from jobs.watching import STREAM_READ_THREADS
-from jobs.webserver import FlowControlledServer
+from jobs.web.watching import STREAM_READ_THREADS
+from jobs.web.webserver import FlowControlledServer
 from tests.e2e import BridgeServer
 from tests.support import fake_agent_script, wait_until
 

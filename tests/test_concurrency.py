@@ -25,8 +25,8 @@ from django.utils import timezone
 
 from jobs import actions
 from jobs.actions.workers import serves
+from jobs.core.vocabulary import Status
 from jobs.models import AgentSession, Task, Worker
-from jobs.vocabulary import Status
 from tests.support import REPO, WebProcess, database_url, postgres_or_skip, rerun_on_postgres
 
 RACERS = 8
@@ -380,14 +380,14 @@ def pool_timeout() -> OperationalError:
 )
 def test_rest_answers_a_busy_database_with_503_json(error, settings, monkeypatch):
     error = pool_timeout() if error == "pool" else error
-    monkeypatch.setattr("jobs.auth.authenticate", raising(error))
+    monkeypatch.setattr("jobs.web.auth.authenticate", raising(error))
     assert_busy_answer(Client().get("/v1/tasks"), settings)
     assert_busy_answer(Client().post("/v1/task/create", {}, content_type="application/json"), settings)
 
 
 @pytest.mark.django_db
 def test_sse_and_pages_answer_a_busy_database_with_503_json(settings, monkeypatch, django_user_model):
-    monkeypatch.setattr("jobs.auth.authenticate", raising(busy()))
+    monkeypatch.setattr("jobs.web.auth.authenticate", raising(busy()))
     assert_busy_answer(Client().get("/v1/task/output/stream", {"task_id": "x"}), settings)
     # through Django's ASGI handler too, which runs the sync-only middleware chain adapted
     assert_busy_answer(asyncio.run(AsyncClient().get("/v1/task/output/stream", {"task_id": "x"})), settings)
@@ -408,7 +408,7 @@ def test_a_busy_database_in_a_middleware_is_503_too(settings, monkeypatch):
 
 @pytest.mark.django_db
 def test_other_database_errors_stay_internal_errors(monkeypatch):
-    monkeypatch.setattr("jobs.auth.authenticate", raising(busy("no such table: x")))
+    monkeypatch.setattr("jobs.web.auth.authenticate", raising(busy("no such table: x")))
     client = Client(raise_request_exception=False)
     for path in ("/v1/tasks", "/v1/task/output/stream?task_id=x"):
         response = client.get(path)

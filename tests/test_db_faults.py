@@ -34,11 +34,11 @@ from django.db import (
 )
 
 from jobs import actions, processes
+from jobs.core.resilience import Backoff, Outage, is_transient, retry
+from jobs.core.vocabulary import Status
 from jobs.models import PermissionRequest, Task, TaskEvent
-from jobs.recording import Recorder
-from jobs.resilience import Backoff, Outage, is_transient, retry
-from jobs.supervisor import Supervisor, TaskRun
-from jobs.vocabulary import Status
+from jobs.supervision.recording import Recorder
+from jobs.supervision.supervisor import Supervisor, TaskRun
 from tests.support import (
     database_url,
     has_event,
@@ -123,7 +123,7 @@ def test_retry_rides_out_any_run_of_transient_failures(seed, caplog):
     failures = [rng.choice(TRANSIENT)() for _ in range(rng.randrange(0, 20))]
     fake, call = FakeTime(), Script(failures)
     outage = Outage("unit", backoff=Backoff(rng=random.Random(seed)), clock=fake.clock)
-    caplog.set_level(logging.WARNING, logger="jobs.resilience")
+    caplog.set_level(logging.WARNING, logger="jobs.core.resilience")
 
     assert retry(call, outage, sleep=fake.sleep, reconnect=call.reconnect) == "ok"
 
@@ -162,7 +162,7 @@ def test_retry_gives_up_after_the_outage_limit(seed):
 
 
 def test_one_outage_is_one_pair_of_log_lines_however_many_retries(caplog):
-    caplog.set_level(logging.WARNING, logger="jobs.resilience")
+    caplog.set_level(logging.WARNING, logger="jobs.core.resilience")
     fake = FakeTime()
     outage = Outage("loop", clock=fake.clock, backoff=Backoff(rng=random.Random(7)))
     rng = random.Random(7)
@@ -367,7 +367,7 @@ class OutageLog(logging.Handler):
 @pytest.fixture
 def outage_log():
     handler = OutageLog()
-    logger = logging.getLogger("jobs.resilience")
+    logger = logging.getLogger("jobs.core.resilience")
     logger.addHandler(handler)
     yield handler
     logger.removeHandler(handler)

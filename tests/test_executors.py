@@ -1,4 +1,4 @@
-"""jobs/executors.py: whether each executor can run, told before a task fails, without starting an agent."""
+"""jobs/agents/executors.py: whether each executor can run, told before a task fails, without starting an agent."""
 
 import json
 import os
@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from jobs import executors
+from jobs.agents import executors
 from tests.e2e import claude_bin
 from tests.fakes.hermes_env import DEFAULT_HERMES_BIN, installed_version, write_hermes_home
 

@@ -1,4 +1,4 @@
-"""hbridge's protocol on Bridge: the translation in jobs/hbridge.py, then the SSE stream and REST replies that use it.
+"""hbridge's protocol on Bridge: the translation in web/hbridge.py, then the SSE stream and REST replies that use it.
 
 The unit tests feed generated transcripts to the translator; the stream tests read /v1/task/output/stream through
 Django's async test client, in hbridge's named form (`event:` lines) and its unnamed form (only `data:` lines), for a
@@ -15,10 +15,11 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 
-from jobs import actions, hbridge
-from jobs.errors import InvalidInput
+from jobs import actions
+from jobs.core.errors import InvalidInput
+from jobs.core.vocabulary import TERMINAL_STATUSES, Status
 from jobs.models import Task
-from jobs.vocabulary import TERMINAL_STATUSES, Status
+from jobs.web import hbridge
 from tests.support import make_task, wait_for
 
 TASK = "0b4f8e2c-0000-4000-8000-000000000000"

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from jobs import actions
-from jobs.errors import BridgeError, Conflict, InvalidInput, NotFound, Refused
-from jobs.inputs import MAX_INT, check_int, check_json, check_path_text, check_text
+from jobs.core.errors import BridgeError, Conflict, InvalidInput, NotFound, Refused
+from jobs.core.inputs import MAX_INT, check_int, check_json, check_path_text, check_text
+from jobs.core.paths import resolve_cwd, resolve_readable
 from jobs.mcp.server import get_server
 from jobs.models import Task
-from jobs.paths import resolve_cwd, resolve_readable
 
 ODD = ["\x00", "a\x00b", "\ud800", "x\udfffy", "\udc80", "\U0010ffff", "é", "\u202e", "\n", "\t", " "]
 

@@ -14,8 +14,8 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.urls import resolve
 
-from jobs import integrations
-from jobs.api import CreateTaskIn, PermissionIn, TaskIdIn
+from jobs.integrations import tool_configs
+from jobs.web.api import CreateTaskIn, PermissionIn, TaskIdIn
 
 MANAGE_PY = str(Path(settings.BASE_DIR) / "manage.py")
 TOKEN = "brg_do_not_leak_this_token_value"
@@ -235,7 +235,7 @@ def data_dir(settings, tmp_path) -> Path:
 
 
 def test_without_url_the_running_bridges_address_is_used(home, environ, hermes, data_dir):
-    integrations.record_server_url("http://127.0.0.1:8912")  # this process is alive: "running"
+    tool_configs.record_server_url("http://127.0.0.1:8912")  # this process is alive: "running"
 
     output = install(home, environ)
 
@@ -246,7 +246,7 @@ def test_without_url_the_running_bridges_address_is_used(home, environ, hermes, 
 def test_without_url_a_stopped_bridges_last_address_is_used_and_said(home, environ, hermes, data_dir):
     stopped = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     record = {"url": "http://127.0.0.1:8913", "pid": int(stopped.stdout), "started": 1.0}
-    (data_dir / integrations.SERVER_URL_FILE).write_text(json.dumps(record))
+    (data_dir / tool_configs.SERVER_URL_FILE).write_text(json.dumps(record))
 
     output = install(home, environ)
 
@@ -257,7 +257,7 @@ def test_without_url_a_stopped_bridges_last_address_is_used_and_said(home, envir
 @pytest.mark.parametrize("recorded", [None, "not json", '{"url": "ftp://x"}', '{"port": 1}'])
 def test_without_a_usable_record_the_default_is_used_and_said(home, environ, hermes, data_dir, recorded):
     if recorded is not None:
-        (data_dir / integrations.SERVER_URL_FILE).write_text(recorded)
+        (data_dir / tool_configs.SERVER_URL_FILE).write_text(recorded)
 
     output = install(home, environ)
 

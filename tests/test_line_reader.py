@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from jobs.recording import LINE_HEAD_BYTES, QUIET_READ_BYTES, READ_CHUNK_BYTES, LineReader
+from jobs.supervision.recording import LINE_HEAD_BYTES, QUIET_READ_BYTES, READ_CHUNK_BYTES, LineReader
 
 
 class Pipe:

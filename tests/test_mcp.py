@@ -25,10 +25,11 @@ from django.utils import timezone
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from jobs import actions, hermes_skills, processes
+from jobs import actions, processes
+from jobs.agents import hermes_skills
+from jobs.core.vocabulary import Status
 from jobs.mcp import full_log, reads
 from jobs.models import Task, TaskEvent, Worker
-from jobs.vocabulary import Status
 from tests.e2e import BridgeServer
 from tests.support import FAKES, REPO, TOOLS, has_event, make_task, wait_for
 
@@ -820,7 +821,7 @@ def test_a_busy_database_is_a_retry_later_reply_not_an_internal_error():
     """The MCP tools answer a busy database as REST does (code database_busy), and anything else as internal."""
     from django.db import OperationalError
 
-    from jobs.mcp.server import TOOLS, tool
+    from jobs.mcp.registry import TOOLS, tool
 
     async def busy() -> str:
         raise OperationalError("database is locked")
@@ -846,7 +847,7 @@ def test_the_http_front_door_answers_its_own_failures_in_json(monkeypatch, caplo
     bug), never Daphne's HTML page."""
     from django.db import OperationalError
 
-    from jobs.mcp import http_app
+    from jobs.web import mcp_http as http_app
 
     def fails(headers):
         raise OperationalError(failure)

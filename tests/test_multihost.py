@@ -15,10 +15,10 @@ import pytest
 from django.test import Client
 
 from jobs import actions
-from jobs.errors import Refused
-from jobs.hints import manage_command
+from jobs.core.errors import Refused
+from jobs.core.hints import manage_command
+from jobs.core.vocabulary import Status
 from jobs.models import Task
-from jobs.vocabulary import Status
 from tests.support import REPO, SuperviseProcess, database_url, make_task, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

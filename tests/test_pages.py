@@ -9,11 +9,12 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils.html import escape
 
-from jobs import actions, views
-from jobs.auth import login_link_path
-from jobs.hints import manage_command
+from jobs import actions
+from jobs.core.hints import manage_command
+from jobs.core.vocabulary import Source
 from jobs.models import PermissionRequest, Task, TaskEvent
-from jobs.vocabulary import Source
+from jobs.web import views
+from jobs.web.auth import login_link_path
 from tests.support import make_task
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from jobs import paths
-from jobs.paths import is_inside, within
+from jobs.core import paths
+from jobs.core.paths import is_inside, within
 from tests.support import REPO
 
 WINDOWS_CASES = [
@@ -185,8 +185,8 @@ def test_one_folder_under_two_names_is_inside_by_identity(tmp_path):
 
 def test_a_hard_link_to_bridges_own_files_is_never_readable(work_root, settings, tmp_path):
     """A hard link inside a root is the same file as Bridge's secret key or database: refused like the original."""
-    from jobs.errors import Refused
-    from jobs.paths import resolve_readable
+    from jobs.core.errors import Refused
+    from jobs.core.paths import resolve_readable
 
     data = tmp_path / "data"
     data.mkdir()

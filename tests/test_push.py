@@ -22,9 +22,10 @@ import pytest
 from channels.layers import channel_layers
 
 from bridge.settings import redis_channel_layer
-from jobs import actions, doorbell
+from jobs import actions
+from jobs.core import doorbell
+from jobs.core.vocabulary import Status
 from jobs.models import PermissionRequest, TaskEvent
-from jobs.vocabulary import Status
 from tests.support import SuperviseProcess, has_event, make_task, skip_or_fail, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,7 +16,8 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from jobs import executors, integrations
+from jobs.agents import executors
+from jobs.integrations import tool_configs
 from tests.e2e import claude_bin
 
 MANAGE_PY = str(Path(settings.BASE_DIR) / "manage.py")
@@ -39,7 +40,7 @@ def register(home: Path, environ: dict, platform: str, *args: str) -> str:
 def linux_config(home: Path) -> Path:
     directory = home / ".config" / "Claude"
     directory.mkdir(parents=True, exist_ok=True)
-    return directory / integrations.CLAUDE_DESKTOP_CONFIG
+    return directory / tool_configs.CLAUDE_DESKTOP_CONFIG
 
 
 def claude_code_settings(home: Path) -> Path:
@@ -145,12 +146,12 @@ def test_one_bad_config_stops_every_write(home, environ, tmp_path):
     bad_dir = tmp_path / "Local" / "Packages" / "Claude_pzs8sxrjxfjjc" / "LocalCache" / "Roaming" / "Claude"
     good_dir.mkdir(parents=True)
     bad_dir.mkdir(parents=True)
-    (bad_dir / integrations.CLAUDE_DESKTOP_CONFIG).write_text("not json")
+    (bad_dir / tool_configs.CLAUDE_DESKTOP_CONFIG).write_text("not json")
 
     with pytest.raises(CommandError, match="nothing was written"):
         register(home, environ, "win32")
 
-    assert not (good_dir / integrations.CLAUDE_DESKTOP_CONFIG).exists()
+    assert not (good_dir / tool_configs.CLAUDE_DESKTOP_CONFIG).exists()
 
 
 def test_print_shows_the_change_and_writes_nothing(home, environ, tmp_path):
@@ -190,9 +191,9 @@ def test_windows_classic_and_every_microsoft_store_install(home, tmp_path, envir
     register(home, environ, "win32")
 
     for directory in [classic, *stores]:
-        config = json.loads((directory / integrations.CLAUDE_DESKTOP_CONFIG).read_text())
+        config = json.loads((directory / tool_configs.CLAUDE_DESKTOP_CONFIG).read_text())
         assert config["mcpServers"]["bridge"]["args"] == [MANAGE_PY, "mcp"]
-    assert not (unrelated / integrations.CLAUDE_DESKTOP_CONFIG).exists()
+    assert not (unrelated / tool_configs.CLAUDE_DESKTOP_CONFIG).exists()
 
 
 def test_windows_falls_back_to_the_home_layout_without_appdata(home, environ):
@@ -201,7 +202,7 @@ def test_windows_falls_back_to_the_home_layout_without_appdata(home, environ):
 
     register(home, environ, "win32")
 
-    assert (classic / integrations.CLAUDE_DESKTOP_CONFIG).exists()
+    assert (classic / tool_configs.CLAUDE_DESKTOP_CONFIG).exists()
 
 
 def test_macos_layout(home, environ):
@@ -211,14 +212,14 @@ def test_macos_layout(home, environ):
 
     register(home, environ, "darwin")
 
-    assert "bridge" in json.loads((mac / integrations.CLAUDE_DESKTOP_CONFIG).read_text())["mcpServers"]
-    assert not (linux / integrations.CLAUDE_DESKTOP_CONFIG).exists(), "only the platform's own place is used"
+    assert "bridge" in json.loads((mac / tool_configs.CLAUDE_DESKTOP_CONFIG).read_text())["mcpServers"]
+    assert not (linux / tool_configs.CLAUDE_DESKTOP_CONFIG).exists(), "only the platform's own place is used"
 
 
 def test_nothing_found_says_where_it_looked_and_what_to_do(home, environ):
     output = register(home, environ, "darwin")
 
-    assert str(home / "Library" / "Application Support" / "Claude" / integrations.CLAUDE_DESKTOP_CONFIG) in output
+    assert str(home / "Library" / "Application Support" / "Claude" / tool_configs.CLAUDE_DESKTOP_CONFIG) in output
     assert "Install Claude Desktop" in output
     assert '"mcpServers"' in output
     assert not (home / "Library").exists()
@@ -489,14 +490,14 @@ def test_bad_claude_code_settings_stop_every_write(home, environ):
     ids=["plain", "spaces", "dollar"],
 )
 def test_the_windows_status_line_command_survives_git_bash_and_cmd(python, script, expected):
-    command = integrations.statusline_command("http://127.0.0.1:8800", "win32", python, script)
+    command = tool_configs.statusline_command("http://127.0.0.1:8800", "win32", python, script)
 
     assert command == expected
-    assert integrations.is_bridge_status_line({"command": command})
+    assert tool_configs.is_bridge_status_line({"command": command})
 
 
 def test_the_status_line_command_quotes_posix_paths():
-    command = integrations.statusline_command("http://127.0.0.1:8800", "darwin", "/Users/me/My Bridge/.venv/bin/python")
+    command = tool_configs.statusline_command("http://127.0.0.1:8800", "darwin", "/Users/me/My Bridge/.venv/bin/python")
 
     assert shlex.split(command)[0] == "/Users/me/My Bridge/.venv/bin/python"
 
@@ -507,7 +508,7 @@ def test_the_status_line_command_quotes_posix_paths():
 def test_windows_places_follow_appdata_and_localappdata():
     environ = {"APPDATA": r"E:\Roaming", "LOCALAPPDATA": r"F:\Local", "USERPROFILE": r"C:\Users\me"}
 
-    places = integrations.claude_desktop_places(PureWindowsPath(r"C:\Users\me"), environ, "win32")
+    places = tool_configs.claude_desktop_places(PureWindowsPath(r"C:\Users\me"), environ, "win32")
 
     assert [str(place) for place in places] == [
         r"E:\Roaming\Claude\claude_desktop_config.json",
@@ -519,7 +520,7 @@ def test_windows_places_follow_appdata_and_localappdata():
 def test_windows_places_without_appdata_come_from_the_profile():
     environ = {"USERPROFILE": r"C:\Users\Jo Smith"}
 
-    places = integrations.claude_desktop_places(PureWindowsPath(r"C:\Users\other"), environ, "win32")
+    places = tool_configs.claude_desktop_places(PureWindowsPath(r"C:\Users\other"), environ, "win32")
 
     assert [str(place) for place in places] == [
         r"C:\Users\Jo Smith\AppData\Roaming\Claude\claude_desktop_config.json",
@@ -531,10 +532,10 @@ def test_windows_places_without_appdata_come_from_the_profile():
 def test_macos_and_linux_places():
     home = PurePosixPath("/Users/me")
 
-    assert [str(p) for p in integrations.claude_desktop_places(home, {"HOME": "/Users/me"}, "darwin")] == [
+    assert [str(p) for p in tool_configs.claude_desktop_places(home, {"HOME": "/Users/me"}, "darwin")] == [
         "/Users/me/Library/Application Support/Claude/claude_desktop_config.json"
     ]
-    assert [str(p) for p in integrations.claude_desktop_places(home, {"XDG_CONFIG_HOME": "/xdg"}, "linux")] == [
+    assert [str(p) for p in tool_configs.claude_desktop_places(home, {"XDG_CONFIG_HOME": "/xdg"}, "linux")] == [
         "/xdg/Claude/claude_desktop_config.json"
     ]
 
@@ -544,14 +545,14 @@ def test_windows_store_claude_data_install_is_found(home, tmp_path, environ):
     environ |= {"APPDATA": str(tmp_path / "AppData" / "Roaming"), "LOCALAPPDATA": str(local)}
     store = local / "Claude-Data" / "Claude_pzs8sxrjxfjjc"
     store.mkdir(parents=True)
-    (store / integrations.CLAUDE_DESKTOP_CONFIG).write_text('{"mcpServers": {"files": {"command": "npx"}}}')
+    (store / tool_configs.CLAUDE_DESKTOP_CONFIG).write_text('{"mcpServers": {"files": {"command": "npx"}}}')
     (local / "Claude-Data" / "stray-file.txt").write_text("not an install")
 
     register(home, environ, "win32")
 
-    config = json.loads((store / integrations.CLAUDE_DESKTOP_CONFIG).read_text())
+    config = json.loads((store / tool_configs.CLAUDE_DESKTOP_CONFIG).read_text())
     assert set(config["mcpServers"]) == {"files", "bridge"}
-    assert integrations.claude_desktop_configs(home, environ, "win32") == [store / integrations.CLAUDE_DESKTOP_CONFIG]
+    assert tool_configs.claude_desktop_configs(home, environ, "win32") == [store / tool_configs.CLAUDE_DESKTOP_CONFIG]
 
 
 def test_nothing_found_on_windows_lists_every_pattern(home, environ):
@@ -622,7 +623,7 @@ shell_env = st.dictionaries(
 @hypothesis_settings(max_examples=200, deadline=None)
 @given(environ=shell_env)
 def test_the_recorded_env_has_what_runs_claude_and_never_a_credential(environ):
-    env = integrations.mcp_server_env(environ)
+    env = tool_configs.mcp_server_env(environ)
 
     for name in SECRET_NAMES:
         assert name not in env
@@ -647,7 +648,7 @@ def test_the_recorded_env_has_what_runs_claude_and_never_a_credential(environ):
 def test_a_gateway_url_of_any_shape_is_recorded_with_a_warning_when_it_may_hold_a_password(url):
     """ANTHROPIC_BASE_URL is copied as it is: a malformed one does not crash register_claude, and one that holds (or,
     unparseable, may hold) user:password@ is called out, since the config is plain text."""
-    warnings = integrations.credential_warnings({"env": {"ANTHROPIC_BASE_URL": url}})
+    warnings = tool_configs.credential_warnings({"env": {"ANTHROPIC_BASE_URL": url}})
     if "@" not in url:
         assert warnings == [], "no user:password@ part, nothing to warn of"
     elif url.startswith("https://user:pw@host/"):
@@ -655,8 +656,8 @@ def test_a_gateway_url_of_any_shape_is_recorded_with_a_warning_when_it_may_hold_
 
 
 def test_an_unparseable_gateway_url_with_an_at_sign_is_warned_of():
-    assert integrations.credential_warnings({"env": {"ANTHROPIC_BASE_URL": "http://[user:pw@::1"}})
-    assert not integrations.credential_warnings({"env": {"ANTHROPIC_BASE_URL": "http://[::1"}})
+    assert tool_configs.credential_warnings({"env": {"ANTHROPIC_BASE_URL": "http://[user:pw@::1"}})
+    assert not tool_configs.credential_warnings({"env": {"ANTHROPIC_BASE_URL": "http://[::1"}})
 
 
 @hypothesis_settings(max_examples=120, deadline=None)
@@ -681,11 +682,11 @@ def test_the_supervisor_claude_desktop_starts_can_log_in_or_register_says_so(she
         if logged_in:
             config_dir.mkdir(parents=True)
             (config_dir / ".credentials.json").write_text(CLAUDE_LOGIN)
-        entry = integrations.mcp_server_entry(shell)
+        entry = tool_configs.mcp_server_entry(shell)
 
         here, _ = executors.claude_login(shell, "linux")
         there, _ = executors.claude_login(entry["env"], "linux")
-        warnings = integrations.executor_warnings(shell, entry, "linux")
+        warnings = tool_configs.executor_warnings(shell, entry, "linux")
 
     assert there == executors.YES or warnings
     if here == executors.YES and there != executors.YES:
@@ -719,8 +720,10 @@ def test_a_supervisor_started_with_only_the_recorded_env_finds_claude_and_its_lo
     (home / ".claude" / ".credentials.json").write_text(CLAUDE_LOGIN)
     environ |= {"HOME": str(home), "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"}
 
-    env = integrations.mcp_server_env(environ)
-    check = "from jobs import executors; s = executors.claude_status(); print(s.ready, s.path, s.version, sep='|')"
+    env = tool_configs.mcp_server_env(environ)
+    check = (
+        "from jobs.agents import executors; s = executors.claude_status(); print(s.ready, s.path, s.version, sep='|')"
+    )
     run = subprocess.run(
         [sys.executable, MANAGE_PY, "shell", "-c", check], env=env, capture_output=True, text=True, timeout=120
     )
@@ -731,7 +734,7 @@ def test_a_supervisor_started_with_only_the_recorded_env_finds_claude_and_its_lo
 
 def test_the_status_line_url_defaults_to_where_bridge_listens(home, environ):
     claude_code_settings(home)
-    integrations.record_server_url("http://127.0.0.1:8911")
+    tool_configs.record_server_url("http://127.0.0.1:8911")
 
     output = register(home, environ, "linux")
 

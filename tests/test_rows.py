@@ -1,4 +1,4 @@
-"""jobs.rows reads back exactly what the ORM reads, whatever a row holds, and filters and sorts as the ORM does.
+"""jobs.actions.rows reads back exactly what the ORM reads, whatever a row holds, and filters and sorts as the ORM does.
 
 Rows are generated from each model's own fields (every type Bridge stores: text of any script, JSON, dates with
 microseconds, floats, 64-bit counts, UUIDs, nulls). Also rerun on PostgreSQL by tests/test_postgres.py.
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from jobs import rows
+from jobs.actions import rows
 from jobs.models import AgentSession, ApiToken, PermissionRequest, Task, Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)

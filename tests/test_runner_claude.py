@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs.runners.base import Decision, RunSpec, Step
-from jobs.runners.claude import ClaudeRunner
-from jobs.runners.hermes import HERMES_PROVIDER_ENV
-from jobs.vocabulary import PermissionMode, PermissionStatus, Status
+from jobs.core.vocabulary import PermissionMode, PermissionStatus, Status
+from jobs.supervision.runners.base import Decision, RunSpec, Step
+from jobs.supervision.runners.claude import ClaudeRunner
+from jobs.supervision.runners.hermes import HERMES_PROVIDER_ENV
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude"
 

@@ -13,12 +13,13 @@ from django.conf import settings
 
 from jobs import actions
 from jobs.actions.tasks import AGENT_OPTIONS, LIST_OPTIONS, MAX_LIST_CHARS, MAX_LIST_ENTRIES, checked_options
-from jobs.errors import InvalidInput
-from jobs.executors import BRIDGE_ENV_NAMES, BRIDGE_ENV_PREFIXES
-from jobs.hermes_skills import acp_installed
-from jobs.runners.acp import AcpRunner
-from jobs.runners.base import Decision, RunSpec, Step
-from jobs.runners.hermes import (
+from jobs.agents.executors import BRIDGE_ENV_NAMES, BRIDGE_ENV_PREFIXES
+from jobs.agents.hermes_skills import acp_installed
+from jobs.core.errors import InvalidInput
+from jobs.core.vocabulary import PermissionMode, PermissionStatus, Status
+from jobs.supervision.runners.acp import AcpRunner
+from jobs.supervision.runners.base import Decision, RunSpec, Step
+from jobs.supervision.runners.hermes import (
     HERMES_PROVIDER_ENV,
     LAUNCHER,
     HermesAcpRunner,
@@ -26,8 +27,7 @@ from jobs.runners.hermes import (
     hermes_mode,
     script_interpreter,
 )
-from jobs.supervisor import run_spec
-from jobs.vocabulary import PermissionMode, PermissionStatus, Status
+from jobs.supervision.supervisor import run_spec
 from tests.fakes.hermes_env import DEFAULT_HERMES_BIN, RecordingProxy, offline_env, write_hermes_home
 from tests.fakes.openai_server import FakeOpenAI, text
 from tests.support import FAKES, make_task, skip_or_fail, wait_for

@@ -8,11 +8,12 @@ import re
 import pytest
 from django.test import Client
 
-from jobs import actions, hbridge
+from jobs import actions
 from jobs.actions import create_token
+from jobs.core.vocabulary import PermissionStatus, Status
 from jobs.management.commands.install_hermes_skill import render_skill
 from jobs.models import Task
-from jobs.vocabulary import PermissionStatus, Status
+from jobs.web import hbridge
 from tests.support import wait_for
 
 BRIDGE_WORDS = {str(s) for s in Status}

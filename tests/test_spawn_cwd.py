@@ -7,9 +7,9 @@ import psutil
 import pytest
 
 from jobs import actions
+from jobs.core.vocabulary import Status
 from jobs.models import Task
-from jobs.supervisor import TaskRun
-from jobs.vocabulary import Status
+from jobs.supervision.supervisor import TaskRun
 from tests.support import has_event, make_task, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

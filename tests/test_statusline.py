@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs import integrations
+from jobs.integrations import tool_configs
 
-SCRIPT = Path(integrations.__file__).with_name("statusline.py")
+SCRIPT = Path(__file__).resolve().parent.parent / "jobs" / "statusline.py"  # where installed status lines point
 TIMEOUT_S = 0.3
 SLOW_S = 5.0  # far beyond TIMEOUT_S: the script must give up long before the server answers
 ON, DEGRADED, OFF = "▶️ bridge: on", "⚠️ bridge: degraded", "⏹️ bridge: off"
@@ -47,7 +47,7 @@ class Reply:
 
 
 def health_body(running=0, queued=0, pending=None, supervisors=1, **extra) -> bytes:
-    """/health as jobs/views.py answers it (every status counted), plus `pending_permissions` when given."""
+    """/health as jobs/web/views.py answers it (every status counted), plus `pending_permissions` when given."""
     tasks = dict.fromkeys(("queued", "running", "done", "failed", "cancelled", "timeout", "orphaned"), 0)
     tasks |= {"running": running, "queued": queued, "done": 12}
     body = {"status": "ok", "database": "ok", "supervisors": supervisors, "tasks": tasks, **extra}
@@ -277,7 +277,7 @@ def test_a_terminal_on_stdin_is_not_read(stub):
 
 def test_the_command_register_claude_writes_runs_in_a_shell(stub):
     url = stub.serve(Reply(body=health_body(running=1, pending=4)))
-    command = integrations.statusline_command(url)
+    command = tool_configs.statusline_command(url)
 
     done = subprocess.run(command, shell=True, input=CLAUDE_CODE_INPUT, capture_output=True, timeout=30)
 

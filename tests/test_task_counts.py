@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from jobs.core.vocabulary import Status
 from jobs.models import Task, TaskCount, Worker
-from jobs.vocabulary import Status
 
 STATUSES = [status.value for status in Status]
 TRIGGERS = {

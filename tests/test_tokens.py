@@ -10,8 +10,8 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from jobs import actions
-from jobs.errors import Conflict, InvalidInput
-from jobs.hints import manage_command
+from jobs.core.errors import Conflict, InvalidInput
+from jobs.core.hints import manage_command
 from jobs.models import ApiToken
 from tests.support import database_url
 

@@ -21,9 +21,10 @@ from django.urls import reverse
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs import actions, reports
+from jobs import actions
+from jobs.core.vocabulary import Agent, Status
 from jobs.models import AgentSession, Task
-from jobs.vocabulary import Agent, Status
+from jobs.web import reports
 from tests import e2e
 from tests.e2e import BridgeServer, Script
 from tests.fakes.anthropic_server import FakeAnthropic, slow_text, text

@@ -6,11 +6,12 @@ import threading
 import pytest
 from django.db.backends.signals import connection_created
 
-from jobs import actions, doorbell
-from jobs import supervisor as supervisor_module
+from jobs import actions
+from jobs.core import doorbell
+from jobs.core.vocabulary import Status
 from jobs.models import TaskEvent
-from jobs.supervisor import TaskRun
-from jobs.vocabulary import Status
+from jobs.supervision import supervisor as supervisor_module
+from jobs.supervision.supervisor import TaskRun
 from tests.support import has_event, make_task, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

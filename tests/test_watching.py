@@ -1,4 +1,4 @@
-"""jobs/watching.py: an open stream reads the database when its task rings or when the process's sweep finds news it
+"""jobs/web/watching.py: an open stream reads the database when its task rings or when the process's sweep finds news it
 has not read, never on a clock of its own, so quiet streams cost nothing however many are open."""
 
 import asyncio
@@ -12,10 +12,12 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from jobs import actions, doorbell, watching
+from jobs import actions
 from jobs.actions import create_token
+from jobs.core import doorbell
+from jobs.core.vocabulary import Status
 from jobs.models import Task, Worker
-from jobs.vocabulary import Status
+from jobs.web import watching
 from tests.support import ASGI_HTTP_SCOPE, make_task
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from jobs.actions import create_token
 from jobs.models import Task
-from jobs.webserver import read_body
+from jobs.web.webserver import read_body
 from tests.support import ASGI_HTTP_SCOPE, make_task
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,8 +19,9 @@ from django.test import AsyncClient, Client
 
 from bridge.asgi import application
 from bridge.settings import redis_channel_layer
-from jobs import actions, doorbell
-from jobs.hints import manage_command
+from jobs import actions
+from jobs.core import doorbell
+from jobs.core.hints import manage_command
 from tests.support import make_task, skip_or_fail
 
 pytestmark = pytest.mark.django_db(transaction=True)

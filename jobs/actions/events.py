@@ -7,9 +7,10 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from jobs import doorbell, rows
-from jobs.errors import InvalidInput
-from jobs.inputs import MAX_INT
+from jobs.actions import rows
+from jobs.core import doorbell
+from jobs.core.errors import InvalidInput
+from jobs.core.inputs import MAX_INT
 from jobs.models import Task, TaskEvent
 
 

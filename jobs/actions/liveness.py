@@ -11,18 +11,14 @@ import logging
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
 
-from django.utils import timezone
-
-from jobs import processes, rows
+from jobs import processes
 from jobs.actions.runs import explain_waits, mark_orphaned
-from jobs.actions.workers import WORKER_STALE_AFTER, running_by_worker, worker_is_alive
+from jobs.actions.workers import live_supervisors, running_by_worker, worker_is_alive
+from jobs.core.vocabulary import Status
 from jobs.models import PermissionRequest, Task, TaskCount, Worker
-from jobs.vocabulary import Status
 
 log = logging.getLogger(__name__)
-LOCAL_ROWS_WITHIN = timedelta(days=1)
 
 
 def settle_if_orphaned(task: Task) -> Task:
@@ -33,7 +29,7 @@ def settle_if_orphaned(task: Task) -> Task:
     worker = task.worker if task.worker_id else None  # read with the task by get_task; else one query here
     if worker_is_alive(worker):
         return task
-    return _orphan(task, worker)
+    return orphan(task, worker)
 
 
 def settle_orphans(tasks: Iterable[Task]) -> list[Task]:
@@ -44,7 +40,7 @@ def settle_orphans(tasks: Iterable[Task]) -> list[Task]:
         workers, dead = _dead_workers({task.worker_id for task in running})
         for task in running:
             if task.worker_id in dead:
-                _orphan(task, workers.get(task.worker_id))
+                orphan(task, workers.get(task.worker_id))
     return tasks
 
 
@@ -55,7 +51,14 @@ def settle_running(worker_of: dict[int, int | None]) -> list[Task]:
     if not dead:
         return []
     orphans = Task.objects.filter(pk__in=[pk for pk, worker in worker_of.items() if worker in dead])
-    return [_orphan(task, workers.get(task.worker_id)) for task in orphans]
+    return [orphan(task, workers.get(task.worker_id)) for task in orphans]
+
+
+def orphan_others(current: Worker) -> list[Task]:
+    """A supervisor's scan: every running task of another supervisor that is dead is orphaned (`orphan`). Returns
+    those."""
+    others = Task.objects.running().exclude(worker=current).select_related("worker")
+    return [task for task in settle_orphans(others) if task.status == Status.ORPHANED]
 
 
 def _dead_workers(pks: set[int | None]) -> tuple[dict[int, Worker], set[int | None]]:
@@ -69,20 +72,6 @@ def settle_running_tasks() -> int:
     many were orphaned now."""
     running = list(Task.objects.running())
     return sum(task.status == Status.ORPHANED for task in settle_orphans(running))
-
-
-def live_supervisors() -> list[Worker]:
-    """Supervisors alive now, as `worker_is_alive` decides: on this host still the process that registered, whatever
-    the clocks say (a supervisor killed a second ago keeps a fresh heartbeat; a live one's can look stale after a
-    clock step), elsewhere a fresh heartbeat. Rows of this host that have not beaten for a day are not asked."""
-    now, host = timezone.now(), socket.gethostname()
-    oldest = now - max(WORKER_STALE_AFTER, LOCAL_ROWS_WITHIN)
-    recent = rows.select(Worker, stopped_at=None, above={"heartbeat_at": oldest})
-    return [
-        worker
-        for worker in recent
-        if worker.may_be_alive(now, WORKER_STALE_AFTER, host, LOCAL_ROWS_WITHIN) and worker_is_alive(worker)
-    ]
 
 
 @dataclass
@@ -109,15 +98,21 @@ def system_state() -> SystemState:
         return SystemState(f"error: {exc.__class__.__name__}: {exc}", {}, [])
 
 
-def _orphan(task: Task, worker: Worker | None) -> Task:
+def orphan(task: Task, worker: Worker | None) -> Task:
+    """End a running task whose supervisor (`worker`, None when its row is gone) is dead: the one way, wherever that
+    is found (a read, a stream's sweep, another supervisor's scan). Nobody can manage its processes now, so on this
+    host its agent and whatever the agent started, wherever it was re-parented (`processes.kill_tagged`), are killed
+    first; every event recorded so far is kept; nothing is re-run."""
     if worker is None:
         reason = "its supervisor is gone (no record of it is left)"
     else:
         reason = f"its supervisor ({worker.name}, pid {worker.pid}) stopped while the task was running"
-    on_this_host = worker is not None and worker.host == socket.gethostname()
-    if on_this_host and processes.same_process(task.pid, task.process_create_time):
-        processes.kill_tree(task.pid, task.process_create_time)  # and everything it started
+    maybe_here = worker is None or worker.host == socket.gethostname()  # a gone row's host is unknown: look here
+    if maybe_here and worker is not None and processes.same_process(task.pid, task.process_create_time):
+        processes.kill_tree(task.pid, task.process_create_time)  # and everything still in its group
         reason += "; the agent process was still alive and has been killed"
+    if maybe_here:
+        processes.kill_tagged(str(task.public_id), task.process_create_time)
     task = mark_orphaned(task, reason + ". Nothing was re-run.")
-    log.warning("task %s orphaned when read: %s", task.public_id, reason)
+    log.warning("task %s orphaned: %s", task.public_id, reason)
     return task

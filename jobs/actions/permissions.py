@@ -1,17 +1,15 @@
 """Permission requests: recorded when an executor asks, answered exactly once, delivered back to the executor."""
 
-from datetime import timedelta
-
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from jobs import rows
+from jobs.actions import rows
 from jobs.actions.events import append_events
-from jobs.errors import Conflict, InvalidInput, NotFound
-from jobs.inputs import check_json, check_text
+from jobs.core.errors import Conflict, InvalidInput, NotFound
+from jobs.core.inputs import check_json, check_text
+from jobs.core.vocabulary import DecidedVia, PermissionMode, PermissionStatus
 from jobs.models import ANSWERS_TO_PASS_ON, PermissionRequest, Task
-from jobs.vocabulary import DecidedVia, PermissionMode, PermissionStatus
 
 MAX_MESSAGE_CHARS = 10_000
 MAX_UPDATED_INPUT_BYTES = 1024 * 1024
@@ -159,9 +157,8 @@ def decide_permission(
 def expire_permissions(task: Task) -> list[PermissionRequest]:
     """Deny requests that waited longer than BRIDGE_PERMISSION_TIMEOUT_S, saying so."""
     timeout = settings.BRIDGE_PERMISSION_TIMEOUT_S
-    cutoff = timezone.now() - timedelta(seconds=timeout)
     expired = []
-    for perm in PermissionRequest.objects.pending().filter(task=task, created_at__lt=cutoff):
+    for perm in PermissionRequest.objects.overdue().filter(task=task):
         with transaction.atomic():
             message = f"No decision within {timeout} s (BRIDGE_PERMISSION_TIMEOUT_S); denied automatically."
             won = (

@@ -2,21 +2,21 @@
 
 import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
-from jobs import doorbell, paths, rows
+from jobs.actions import rows
 from jobs.actions.events import append_events, status_event
 from jobs.actions.permissions import cancel_open_permissions
-from jobs.actions.workers import answers_to, servable_by, serves, wait_reason, worker_is_alive
+from jobs.actions.workers import answers_to, live_supervisors, servable_by, serves, wait_reason
+from jobs.core import doorbell, paths
+from jobs.core.errors import BridgeError
+from jobs.core.vocabulary import Agent, Status
 from jobs.models import AgentSession, PermissionRequest, Task, TaskEvent, Worker
-from jobs.vocabulary import Agent, Status
 
 USAGE_FIELDS = (
     "cost_usd",
@@ -101,20 +101,14 @@ def _take(pk: int, worker: Worker) -> bool:
 
 
 def local_cwd_refusal(worker: Worker, cwd: str) -> str | None:
-    """Why this supervisor must not run a task in `cwd` on its own host, or None: confinement is checked again
-    where the agent runs, with symlinks resolved there (the web process may have seen only the path's text)."""
+    """Why this supervisor must not run a task in `cwd` on its own host, or None: confinement (`paths.resolve_cwd`)
+    is checked again where the agent runs, against this supervisor's roots, with symlinks resolved there (the web
+    process may have seen only the path's text)."""
     roots = [Path(root) for root in worker.roots or ()]
     try:
-        resolved = Path(cwd).resolve()
-    except (OSError, RuntimeError) as exc:
-        return f"cwd {cwd!r} cannot be looked up on {worker.host}: {getattr(exc, 'strerror', exc)}; nothing was run"
-    if not paths.is_inside(resolved, roots):
-        return (
-            f"cwd {cwd!r} resolves to {str(resolved)!r} on {worker.host}, outside the roots of supervisor "
-            f"{worker.name} ({', '.join(map(str, roots))}); nothing was run"
-        )
-    if not resolved.is_dir():
-        return f"cwd {cwd!r} is not an existing directory on {worker.host} (supervisor {worker.name}); nothing was run"
+        paths.resolve_cwd(cwd, roots, where=f" on {worker.host} (supervisor {worker.name})")
+    except BridgeError as exc:
+        return f"{exc.message}; nothing was run"
     return None
 
 
@@ -130,8 +124,6 @@ def explain_waits(*, force: bool = False) -> int:
     queued = list(Task.objects.queued_in_order().values_list("pk", "public_id", "cwd", "target", "wait_reason"))
     if not queued:
         return 0
-    from jobs.actions.liveness import live_supervisors  # liveness imports this module
-
     workers = live_supervisors()
     changed = 0
     for pk, public_id, cwd, target, old in queued:
@@ -145,20 +137,19 @@ def explain_waits(*, force: bool = False) -> int:
 def tasks_with_news(pks: list[int]) -> set[int]:
     """Which of these running tasks have news for their supervisor: a cancel requested or the task ended elsewhere,
     an answer not yet passed on, or a request pending past BRIDGE_PERMISSION_TIMEOUT_S (the supervisor's sweep)."""
-    cutoff = timezone.now() - timedelta(seconds=settings.BRIDGE_PERMISSION_TIMEOUT_S)
     tasks = Task.objects.filter(pk__in=pks)
     news = set(
         tasks.filter(Q(cancel_requested_at__isnull=False) | ~Q(status=Status.RUNNING)).values_list("pk", flat=True)
     )
     perms = PermissionRequest.objects.filter(task_id__in=pks)
     news.update(perms.undelivered().values_list("task_id", flat=True))
-    news.update(perms.pending().filter(created_at__lt=cutoff).values_list("task_id", flat=True))
+    news.update(perms.overdue().values_list("task_id", flat=True))
     return news
 
 
 def current_state(task: Task) -> Task:
     """The task's row as the database holds it now (its status, a cancel request), as a copy: a run asks after
-    every ring, so it is read by its one statement (jobs/rows.py)."""
+    every ring, so it is read by its one statement (jobs/actions/rows.py)."""
     [now] = rows.select(Task, id=task.pk)
     return now
 
@@ -305,13 +296,3 @@ def mark_orphaned(task: Task, reason: str) -> Task:
         if updated:
             append_events(task, [status_event(task, error=reason)])
     return task
-
-
-def find_orphans(current: Worker) -> list[Task]:
-    """Running tasks whose supervisor is gone (not `current`): their process cannot be managed any more."""
-    orphans = []
-    running = Task.objects.running().exclude(worker=current).select_related("worker")
-    for task in running:
-        if not worker_is_alive(task.worker):
-            orphans.append(task)
-    return orphans

@@ -12,14 +12,16 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from jobs import doorbell, hermes_skills, paths, rows
+from jobs.actions import rows
 from jobs.actions.events import append_events, status_event
 from jobs.actions.liveness import live_supervisors, settle_if_orphaned
 from jobs.actions.workers import served_cwd, wait_reason
-from jobs.errors import Conflict, InvalidInput, NotFound, QueueFull
-from jobs.inputs import check_int, check_text
+from jobs.agents import hermes_skills
+from jobs.core import doorbell, paths
+from jobs.core.errors import Conflict, InvalidInput, NotFound, QueueFull
+from jobs.core.inputs import check_int, check_text
+from jobs.core.vocabulary import Agent, PermissionMode, Source, Status
 from jobs.models import AgentSession, Task, Worker
-from jobs.vocabulary import Agent, PermissionMode, Source, Status
 
 SUPPORTED_AGENTS = tuple(Agent)
 MAX_TIMEOUT_S = 7 * 24 * 3600

@@ -9,9 +9,9 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from jobs.errors import Conflict, InvalidInput
-from jobs.hints import manage_command
-from jobs.inputs import check_text
+from jobs.core.errors import Conflict, InvalidInput
+from jobs.core.hints import manage_command
+from jobs.core.inputs import check_text
 from jobs.models import ApiToken
 
 TOKEN_PREFIX = "brg_"

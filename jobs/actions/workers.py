@@ -25,14 +25,17 @@ from django.db import connection
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from jobs import paths, processes
-from jobs.errors import Conflict, InvalidInput, Refused
-from jobs.hints import manage_command
-from jobs.inputs import check_path_text
+from jobs import processes
+from jobs.actions import rows
+from jobs.core import paths
+from jobs.core.errors import Conflict, InvalidInput, Refused
+from jobs.core.hints import manage_command
+from jobs.core.inputs import check_path_text
 from jobs.models import Task, Worker
 
 log = logging.getLogger(__name__)
 WORKER_STALE_AFTER = timedelta(seconds=30)
+LOCAL_ROWS_WITHIN = timedelta(days=1)  # rows of this host older than this are not asked whether they live
 # A supervisor's name or label: one word a planner can type as a task's target.
 IDENTITY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}")
 MAX_LABELS = 50
@@ -120,6 +123,20 @@ def worker_is_alive(worker: Worker | None) -> bool:
 
 
 # --- which supervisor may run which task -------------------------------------------------------------------------
+def live_supervisors() -> list[Worker]:
+    """Supervisors alive now, as `worker_is_alive` decides: on this host still the process that registered, whatever
+    the clocks say (a supervisor killed a second ago keeps a fresh heartbeat; a live one's can look stale after a
+    clock step), elsewhere a fresh heartbeat. Rows of this host that have not beaten for a day are not asked."""
+    now, host = timezone.now(), socket.gethostname()
+    oldest = now - max(WORKER_STALE_AFTER, LOCAL_ROWS_WITHIN)
+    recent = rows.select(Worker, stopped_at=None, above={"heartbeat_at": oldest})
+    return [
+        worker
+        for worker in recent
+        if worker.may_be_alive(now, WORKER_STALE_AFTER, host, LOCAL_ROWS_WITHIN) and worker_is_alive(worker)
+    ]
+
+
 def root_prefix(root: str) -> str:
     """What a path below `root` starts with: the root and one separator (its own kind: `\\` for Windows roots)."""
     sep = "\\" if "\\" in root and "/" not in root else "/"
@@ -230,8 +247,8 @@ def _served_elsewhere(raw: str, workers: list[Worker]) -> Path | None:
 # --- describing supervisors --------------------------------------------------------------------------------------
 def running_by_worker() -> dict[int, int]:
     """How many tasks each supervisor (by pk) is running."""
-    rows = Task.objects.running().exclude(worker=None).order_by().values("worker").annotate(n=Count("id"))
-    return {row["worker"]: row["n"] for row in rows}
+    counts = Task.objects.running().exclude(worker=None).order_by().values("worker").annotate(n=Count("id"))
+    return {row["worker"]: row["n"] for row in counts}
 
 
 def worker_data(worker: Worker, running: dict[int, int], *, private: bool = False) -> dict:

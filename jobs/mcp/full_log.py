@@ -17,7 +17,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from jobs import actions
-from jobs.errors import NotFound
+from jobs.core.errors import NotFound
 from jobs.models import Task, TaskEvent
 
 try:

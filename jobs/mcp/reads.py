@@ -8,8 +8,8 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from jobs import actions
+from jobs.core.vocabulary import Agent
 from jobs.models import PermissionRequest, Task, TaskEvent
-from jobs.vocabulary import Agent
 
 # What counts as the agent's output: Claude's whole text blocks; Hermes' one-shot lines or ACP message fragments.
 OUTPUT_KINDS = {Agent.CLAUDE: ("text", "stdout"), Agent.HERMES: ("output", "text_delta", "stdout")}

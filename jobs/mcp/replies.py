@@ -12,11 +12,11 @@ from django.conf import settings
 from django.utils import timezone
 
 from jobs.actions import SystemState
-from jobs.executors import ExecutorStatus
-from jobs.hermes_skills import Skill, SkillLibrary
-from jobs.hints import manage_command
+from jobs.agents.executors import ExecutorStatus
+from jobs.agents.hermes_skills import Skill, SkillLibrary
+from jobs.core.hints import manage_command
+from jobs.core.vocabulary import Status
 from jobs.models import PermissionRequest, Task, Worker
-from jobs.vocabulary import Status
 
 STATUS_WORDS = {
     Status.QUEUED: "queued",
@@ -263,7 +263,7 @@ def hermes_found(executable: Path, version: str | None, acp: bool) -> list[str]:
 
 
 def executor_readiness(status: ExecutorStatus) -> list[str]:
-    """Whether an executor can run, and each problem with its fix (jobs/executors.py)."""
+    """Whether an executor can run, and each problem with its fix (jobs/agents/executors.py)."""
     name = status.agent.upper()
     lines = (
         []

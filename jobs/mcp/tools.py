@@ -1,7 +1,7 @@
 """The MCP tools: each parses its arguments, calls jobs.actions, and shapes the reply with jobs.mcp.replies.
 
 They keep the older Hermes MCP bridge's names and arguments, and add Claude Code tasks and permission decisions.
-Failures are raised (jobs.errors) and turned into replies in one place, `jobs.mcp.server.tool`.
+Failures are raised (jobs.core.errors) and turned into replies in one place, `jobs.mcp.server.tool`.
 """
 
 import dataclasses
@@ -14,14 +14,16 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from pydantic import StrictInt
 
-from jobs import actions, executors, hermes_skills, paths
-from jobs.errors import BridgeError, InvalidInput, Refused
+from jobs import actions
+from jobs.agents import executors, hermes_skills
+from jobs.core import paths
+from jobs.core.errors import BridgeError, InvalidInput, Refused
+from jobs.core.vocabulary import Agent, DecidedVia, Source, Status
 from jobs.mcp import full_log, reads, replies, waiting
 from jobs.mcp.reads import in_db
-from jobs.mcp.server import ErrorReport, tool
-from jobs.mcp.stdio import supervisor_starter
+from jobs.mcp.registry import ErrorReport, tool
+from jobs.mcp.starter import supervisor_starter
 from jobs.models import Task, TaskCount
-from jobs.vocabulary import Agent, DecidedVia, Source, Status
 
 log = logging.getLogger(__name__)
 DEFAULT_READ_BYTES = 64 * 1024

@@ -5,8 +5,8 @@ import time
 
 from django.conf import settings
 
-from jobs import doorbell
-from jobs.errors import InvalidInput
+from jobs.core import doorbell
+from jobs.core.errors import InvalidInput
 from jobs.mcp import reads, replies
 from jobs.models import Task
 

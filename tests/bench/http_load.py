@@ -11,7 +11,7 @@ This machine's speed drifts by half within minutes (the same server, the same CP
 goal's row alternates Bridge and the trivial app, --rounds times each, with both servers up: its figure and its limit
 are the medians, and the note gives the median of each round's Bridge ÷ the trivial rate just before it, and the
 range. A round's connections open at once, and both processes accept from one socket, taking turns
-(jobs/webserver.py `AcceptTurns`).
+(jobs/web/webserver.py `AcceptTurns`).
 """
 
 import argparse

@@ -263,7 +263,7 @@ def run_script(prompt: str) -> None:
 
 
 def main() -> None:
-    if "--version" in sys.argv:  # as the real CLI answers it (jobs/executors.py asks)
+    if "--version" in sys.argv:  # as the real CLI answers it (jobs/agents/executors.py asks)
         print("0.0.0 (Fake Claude)")
         return
     threading.Thread(target=read_stdin, daemon=True).start()

@@ -14,7 +14,7 @@ reliable signal of success. `--resume ID` keeps the id. The task text is a small
     # ...           nothing (filler)
 
 Anything else is echoed as part of the answer. `--version` prints a version without going online. Bridge runs it
-like the real one: through jobs/runners/hermes_launch.py, which takes the task from stdin and adds `--query=`.
+like the real one: through runners/hermes_launch.py, which takes the task from stdin and adds `--query=`.
 """
 
 import hashlib

@@ -10,8 +10,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.template.loader import render_to_string
 
-from jobs import integrations
-from jobs.hints import manage_command
+from jobs.core.hints import manage_command
+from jobs.integrations import tool_configs
 
 SKILL_NAME = "bridge-claude-code"
 SKILL_CATEGORY = "software-development"
@@ -19,7 +19,7 @@ CATEGORY_DESCRIPTION = (
     "---\ndescription: Skills for writing, reviewing and delegating software work, including to other coding agents.\n"
     "---\n"
 )
-DEFAULT_URL = integrations.DEFAULT_BRIDGE_URL
+DEFAULT_URL = tool_configs.DEFAULT_BRIDGE_URL
 # An earlier skill is kept here, outside the skill library: Hermes offers every file in a skill's folder to the model.
 BACKUP_DIR = "backups"
 
@@ -72,7 +72,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, url: str | None, mcp: bool, dry_run: bool, **options):
         if url is None:
-            url, source = integrations.server_url()
+            url, source = tool_configs.server_url()
             self.stdout.write(f"Bridge's address for the skill: {url} ({source}; --url sets another)")
         if not url.startswith(("http://", "https://")):
             raise CommandError(f"--url must start with http:// or https://, not {url!r}")
@@ -83,9 +83,9 @@ class Command(BaseCommand):
         category = hermes / "skills" / SKILL_CATEGORY
 
         skill_path = category / SKILL_NAME / "SKILL.md"
-        skill = integrations.FileChange(
+        skill = tool_configs.FileChange(
             skill_path,
-            integrations.read_text_if_exists(skill_path),
+            tool_configs.read_text_if_exists(skill_path),
             render_skill(url),
             backup_dir=skill_backup_dir(),
             backup_name=f"{SKILL_NAME}.SKILL.md",
@@ -93,26 +93,26 @@ class Command(BaseCommand):
         changes = [skill]
         description_path = category / "DESCRIPTION.md"
         if not description_path.exists():
-            changes.append(integrations.FileChange(description_path, None, CATEGORY_DESCRIPTION))
+            changes.append(tool_configs.FileChange(description_path, None, CATEGORY_DESCRIPTION))
         entry = None
         if mcp:
-            entry = integrations.mcp_server_entry(environ)
+            entry = tool_configs.mcp_server_entry(environ)
             config_path = hermes / "config.yaml"
-            current = integrations.read_text_if_exists(config_path)
+            current = tool_configs.read_text_if_exists(config_path)
             try:
-                new = integrations.merged_hermes_config(config_path, current, entry)
-            except integrations.ConfigError as exc:
+                new = tool_configs.merged_hermes_config(config_path, current, entry)
+            except tool_configs.ConfigError as exc:
                 raise CommandError(f"nothing was written: {exc}. Fix the file and run this again.") from None
-            changes.append(integrations.FileChange(config_path, current, new))
-            if new != current and integrations.has_yaml_comments(current):
+            changes.append(tool_configs.FileChange(config_path, current, new))
+            if new != current and tool_configs.has_yaml_comments(current):
                 self.stderr.write(f"note: the comments in {config_path} are not kept (the backup has them)")
 
         for change in changes:
-            self.stdout.write(integrations.show_or_apply(change, dry_run))
+            self.stdout.write(tool_configs.show_or_apply(change, dry_run))
         if entry:
-            for warning in integrations.credential_warnings(entry):
+            for warning in tool_configs.credential_warnings(entry):
                 self.stderr.write(f"note: {warning}")
-            for warning in integrations.executor_warnings(environ, entry):
+            for warning in tool_configs.executor_warnings(environ, entry):
                 self.stderr.write(f"warning: {warning}")
         if not dry_run:
             self.stdout.write(

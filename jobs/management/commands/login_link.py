@@ -3,9 +3,9 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import integrations
-from jobs.auth import login_link_path, login_user
-from jobs.hints import manage_command
+from jobs.core.hints import manage_command
+from jobs.integrations import tool_configs
+from jobs.web.auth import login_link_path, login_user
 
 
 class Command(BaseCommand):
@@ -24,6 +24,6 @@ class Command(BaseCommand):
                 )
         else:
             account, _ = login_user()
-        url, source = integrations.server_url()
+        url, source = tool_configs.server_url()
         self.stdout.write(f"Open this one-time login link (valid 1 hour): {url}{login_link_path(account)}")
         self.stderr.write(f"({url}: {source})")

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from jobs import executors
+from jobs.agents import executors
 from jobs.mcp.stdio import serve_stdio
 
 log = logging.getLogger("jobs")

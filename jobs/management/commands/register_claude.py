@@ -8,7 +8,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import integrations, processes
+from jobs import processes
+from jobs.integrations import tool_configs
 
 
 class Command(BaseCommand):
@@ -28,7 +29,7 @@ class Command(BaseCommand):
             "--url",
             default=None,
             help="where the status line asks Bridge (GET <url>/health; default: where runbridge listens, else "
-            f"{integrations.DEFAULT_BRIDGE_URL})",
+            f"{tool_configs.DEFAULT_BRIDGE_URL})",
         )
         parser.add_argument(
             "--replace-status-line",
@@ -39,25 +40,25 @@ class Command(BaseCommand):
 
     def handle(self, *args, dry_run: bool, url: str | None, replace_status_line: bool, no_status_line: bool, **options):
         if url is None and not no_status_line:
-            url, source = integrations.server_url()
+            url, source = tool_configs.server_url()
             self.stdout.write(f"Bridge's address for the status line: {url} ({source}; --url sets another)")
-        url = url or integrations.DEFAULT_BRIDGE_URL
+        url = url or tool_configs.DEFAULT_BRIDGE_URL
         if not url.startswith("http://"):
             raise CommandError(f"--url must start with http:// (the status line speaks plain HTTP), not {url!r}")
         home = Path(options.get("home", Path.home()))
         environ = options.get("environ", os.environ)
         platform = options.get("platform", processes.PLATFORM)
-        entry = integrations.mcp_server_entry(environ)
+        entry = tool_configs.mcp_server_entry(environ)
 
-        paths = integrations.claude_desktop_configs(home, environ, platform)
+        paths = tool_configs.claude_desktop_configs(home, environ, platform)
         changes, problems = self.desktop_changes(paths, entry)
-        settings_path = integrations.claude_code_settings(home, environ)
-        status_line = integrations.status_line_entry(url.rstrip("/"), platform)
+        settings_path = tool_configs.claude_code_settings(home, environ)
+        status_line = tool_configs.status_line_entry(url.rstrip("/"), platform)
         status_change, kept = None, None
         if not no_status_line and settings_path.parent.is_dir():
             try:
                 status_change, kept = self.status_line_change(settings_path, status_line, replace_status_line)
-            except integrations.ConfigError as exc:
+            except tool_configs.ConfigError as exc:
                 problems.append(str(exc))
         if problems:
             listed = "\n  ".join(problems)
@@ -66,39 +67,39 @@ class Command(BaseCommand):
         if not paths:
             self.report_nothing_found(home, environ, platform, entry)
         for change in changes:
-            self.stdout.write(integrations.show_or_apply(change, dry_run))
+            self.stdout.write(tool_configs.show_or_apply(change, dry_run))
         if not no_status_line:
             self.report_status_line(settings_path, status_line, status_change, kept, dry_run)
-        for warning in integrations.credential_warnings(entry):
+        for warning in tool_configs.credential_warnings(entry):
             self.stderr.write(f"note: {warning}")
-        for warning in integrations.executor_warnings(environ, entry, platform):
+        for warning in tool_configs.executor_warnings(environ, entry, platform):
             self.stderr.write(f"warning: {warning}")
         if any(change.changed for change in changes) and not dry_run:
             self.stdout.write("Quit Claude Desktop completely and start it again to load Bridge's tools.")
         self.stdout.write("\nTo add Bridge to Claude Code as well (every project), run:")
-        self.stdout.write(integrations.claude_code_command(entry, platform))
+        self.stdout.write(tool_configs.claude_code_command(entry, platform))
 
     @staticmethod
-    def desktop_changes(paths: list[Path], entry: dict) -> tuple[list[integrations.FileChange], list[str]]:
+    def desktop_changes(paths: list[Path], entry: dict) -> tuple[list[tool_configs.FileChange], list[str]]:
         changes, problems = [], []
         for path in paths:
-            current = integrations.read_text_if_exists(path)
+            current = tool_configs.read_text_if_exists(path)
             try:
-                new = integrations.merged_claude_desktop_config(path, current, entry)
-            except integrations.ConfigError as exc:
+                new = tool_configs.merged_claude_desktop_config(path, current, entry)
+            except tool_configs.ConfigError as exc:
                 problems.append(str(exc))
                 continue
-            changes.append(integrations.FileChange(path, current, new))
+            changes.append(tool_configs.FileChange(path, current, new))
         return changes, problems
 
     @staticmethod
-    def status_line_change(path: Path, status_line: dict, replace: bool) -> tuple[integrations.FileChange, object]:
-        current = integrations.read_text_if_exists(path)
-        new, kept = integrations.merged_claude_code_settings(path, current, status_line, replace_other=replace)
-        return integrations.FileChange(path, current, new), kept
+    def status_line_change(path: Path, status_line: dict, replace: bool) -> tuple[tool_configs.FileChange, object]:
+        current = tool_configs.read_text_if_exists(path)
+        new, kept = tool_configs.merged_claude_code_settings(path, current, status_line, replace_other=replace)
+        return tool_configs.FileChange(path, current, new), kept
 
     def report_status_line(
-        self, path: Path, status_line: dict, change: integrations.FileChange | None, kept: object, dry_run: bool
+        self, path: Path, status_line: dict, change: tool_configs.FileChange | None, kept: object, dry_run: bool
     ) -> None:
         if change is None:
             self.stdout.write(
@@ -112,16 +113,16 @@ class Command(BaseCommand):
                 "run this again with --replace-status-line to show Bridge's instead"
             )
         else:
-            self.stdout.write(integrations.show_or_apply(change, dry_run))
+            self.stdout.write(tool_configs.show_or_apply(change, dry_run))
             if change.changed and not dry_run:
                 self.stdout.write("Start a new Claude Code session to see Bridge's status line.")
 
     def report_nothing_found(self, home: Path, environ: Mapping[str, str], platform: str, entry: dict) -> None:
         self.stdout.write("No Claude Desktop config found. Looked for:")
-        for place in integrations.claude_desktop_places(home, environ, platform):
+        for place in tool_configs.claude_desktop_places(home, environ, platform):
             self.stdout.write(f"  {place}")
         self.stdout.write(
             "Install Claude Desktop and start it once (it makes that directory), then run this again; "
             'or add this under "mcpServers" in its config by hand:'
         )
-        self.stdout.write(json.dumps({integrations.SERVER_NAME: entry}, indent=2))
+        self.stdout.write(json.dumps({tool_configs.SERVER_NAME: entry}, indent=2))

@@ -23,11 +23,13 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
-from jobs import executors, integrations, processes
-from jobs.auth import login_link_path, login_user
-from jobs.hints import manage_command
+from jobs import processes
+from jobs.agents import executors
+from jobs.core.hints import manage_command
+from jobs.integrations import tool_configs
 from jobs.models import PermissionRequest
-from jobs.supervisor import Supervisor
+from jobs.supervision.supervisor import Supervisor
+from jobs.web.auth import login_link_path, login_user
 
 log = logging.getLogger("jobs")
 
@@ -130,7 +132,7 @@ class Command(BaseCommand):
 
     def _serve_here(self, host: str, port: int, supervisor: Supervisor | None, thread: threading.Thread | None) -> None:
         from bridge.asgi import application  # here, not above: see _serve_inherited
-        from jobs import webserver
+        from jobs.web import webserver
 
         stopping = Stopping(self, supervisor, thread, stop_serving=webserver.stop_serving)
         endpoints = build_endpoint_description_strings(host=host, port=port)
@@ -146,7 +148,7 @@ class Command(BaseCommand):
         it listens, and stops when its stdin closes (runbridge closed it, or died)."""
         # Imported here: a runbridge that only supervises never serves, and Twisted, Daphne and the app cost it 27 MB.
         from bridge.asgi import application
-        from jobs import webserver
+        from jobs.web import webserver
 
         def stop_when_the_parent_does() -> None:
             sys.stdin.buffer.read()  # returns at EOF
@@ -231,9 +233,9 @@ class Command(BaseCommand):
     def _announce(self, address: tuple[str, int]) -> None:
         if self.url:  # one line for a server that listens on more than one address
             return
-        url = self.url = integrations.client_url(*address)
+        url = self.url = tool_configs.client_url(*address)
         try:
-            integrations.record_server_url(url)  # install_hermes_skill and register_claude default to it
+            tool_configs.record_server_url(url)  # install_hermes_skill and register_claude default to it
         except OSError as exc:
             log.warning(
                 "could not record this address in %s (%s): pass --url to install_hermes_skill", settings.DATA_DIR, exc

@@ -6,9 +6,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs import actions, processes
-from jobs.errors import BridgeError
-from jobs.hints import manage_command
-from jobs.supervisor import Supervisor
+from jobs.core.errors import BridgeError
+from jobs.core.hints import manage_command
+from jobs.supervision.supervisor import Supervisor
 
 log = logging.getLogger("jobs")
 

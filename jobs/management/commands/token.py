@@ -3,8 +3,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs.actions import create_token, revoke_tokens
-from jobs.errors import BridgeError
-from jobs.hints import manage_command
+from jobs.core.errors import BridgeError
+from jobs.core.hints import manage_command
 from jobs.models import ApiToken
 
 

@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 import yaml
 from django.conf import settings
 
-from jobs import executors
-from jobs.hints import manage_command
+from jobs.agents import executors
+from jobs.core.hints import manage_command
 from jobs.processes import PLATFORM, process_identity, same_process
 
 SERVER_NAME = "bridge"
@@ -199,7 +199,8 @@ def client_url(host: str, port: int) -> str:
 
 
 def statusline_script() -> Path:
-    return Path(__file__).resolve().with_name("statusline.py")
+    """jobs/statusline.py: it stays where the Claude Code settings written by earlier installs expect it."""
+    return Path(__file__).resolve().parents[1] / "statusline.py"
 
 
 def shell_word(word: str, platform: str) -> str:

@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from jobs import consumers
+from jobs.web import consumers
 
 websocket_urlpatterns = [
     path("ws/tasks/", consumers.TaskListConsumer.as_asgi()),

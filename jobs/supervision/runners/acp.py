@@ -2,13 +2,14 @@
 
 The run is initialize → session/new (or session/load to resume) → [session/set_model] → one session/prompt; its
 answer (`stopReason`) ends the task. session/update notifications become events; session/request_permission
-requests go through Bridge's PermissionRequest pipeline. A subclass names the command (see jobs/runners/hermes.py).
+requests go through Bridge's PermissionRequest pipeline. A subclass names the command (see hermes.py).
 """
 
 import json
 from typing import Any
 
-from jobs.runners.base import (
+from jobs.core.vocabulary import Status
+from jobs.supervision.runners.base import (
     Decision,
     Outcome,
     PermissionAsk,
@@ -19,7 +20,6 @@ from jobs.runners.base import (
     json_object,
     plain_output,
 )
-from jobs.vocabulary import Status
 
 PROTOCOL_VERSION = 1
 TOOL_TEXT_LIMIT = 64 * 1024

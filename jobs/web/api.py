@@ -1,7 +1,7 @@
 """The REST API: hbridge's paths and JSON shapes (so existing Hermes skills keep working), over jobs.actions.
 
 hbridge's own replies (create, cancel, /v1/task/output) give a task's status in hbridge's words with Bridge's exact
-status as `bridge_status` (jobs/hbridge.py); Bridge's own endpoints (/v1/task, /v1/tasks, events) use Bridge's."""
+status as `bridge_status` (jobs/web/hbridge.py); Bridge's own endpoints (/v1/task, /v1/tasks, events) use Bridge's."""
 
 import logging
 from collections.abc import Callable
@@ -18,13 +18,14 @@ from ninja.security.base import AuthBase
 from ninja.utils import check_csrf
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 
-from jobs import actions, auth, hbridge
+from jobs import actions
 from jobs.actions.tasks import MAX_ARGV_CHARS, MAX_LIST_ENTRIES
-from jobs.errors import BridgeError, DatabaseBusy, InvalidInput, is_database_busy
-from jobs.inputs import MAX_INT, MAX_PATH_BYTES, check_text
-from jobs.middleware import internal_error, too_large
+from jobs.core.errors import BridgeError, DatabaseBusy, InvalidInput, is_database_busy
+from jobs.core.inputs import MAX_INT, MAX_PATH_BYTES, check_text
+from jobs.core.vocabulary import Agent, Status
 from jobs.models import PermissionRequest, Task
-from jobs.vocabulary import Agent, Status
+from jobs.web import auth, hbridge
+from jobs.web.middleware import internal_error, too_large
 
 log = logging.getLogger(__name__)
 AGENTS = tuple(agent.value for agent in Agent)
@@ -129,7 +130,7 @@ def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 
 @api.exception_handler(OperationalError)
 def on_database_error(request: HttpRequest, exc: OperationalError) -> HttpResponse:
-    """A database too busy to answer in time is a 503 with Retry-After, the body jobs/middleware.py gives elsewhere;
+    """A database too busy to answer in time is a 503 with Retry-After, the body jobs/web/middleware.py gives elsewhere;
     any other database failure is an internal error."""
     if not is_database_busy(exc):
         return on_unexpected_error(request, exc)

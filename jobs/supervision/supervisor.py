@@ -18,14 +18,15 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections
 
-from jobs import actions, doorbell, paths, processes
-from jobs.errors import BridgeError, Conflict
+from jobs import actions, processes
+from jobs.core import doorbell, paths
+from jobs.core.errors import BridgeError, Conflict
+from jobs.core.resilience import DB_ERRORS, Outage, drop_connection, retry
+from jobs.core.vocabulary import Status
 from jobs.models import PermissionRequest, Task
-from jobs.recording import ESSENTIAL_KINDS, LINE_HEAD_BYTES, LineReader, Recorder, TailReader
-from jobs.resilience import DB_ERRORS, Outage, drop_connection, retry
-from jobs.runners import runner_for
-from jobs.runners.base import Decision, Runner, RunSpec, Step
-from jobs.vocabulary import Status
+from jobs.supervision.recording import ESSENTIAL_KINDS, LINE_HEAD_BYTES, LineReader, Recorder, TailReader
+from jobs.supervision.runners import runner_for
+from jobs.supervision.runners.base import Decision, Runner, RunSpec, Step
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +144,8 @@ class TaskRun(threading.Thread):
         self.deadline = 0.0
         self.last_db_check = 0.0
         self.check_owed = True  # look at the database at the first chance: news may predate this run's doorbell
-        # request id -> when the agent asked (time.monotonic()), until the answer is passed on or the ask withdrawn:
-        # the database is searched for expired requests only once one of these has waited the whole timeout
-        self.open_asks: dict[str, float] = {}
+        # the permission requests the agent waits on, until the answer is passed on or the ask withdrawn
+        self.open_asks: set[str] = set()
 
     def wake(self) -> None:
         """News for this task (a ring, or the supervisor's sweep): look at the database. A ring from this run's own
@@ -375,10 +375,10 @@ class TaskRun(threading.Thread):
         for reply in step.replies:
             self._write(reply)
         for ask in step.asks:  # recorded after the events before it, so the transcript keeps the agent's order
-            self.open_asks.setdefault(ask.request_id, time.monotonic())
+            self.open_asks.add(ask.request_id)
             self.rec.add("ask", ask)
         for request_id in step.withdrawn:
-            self.open_asks.pop(request_id, None)
+            self.open_asks.discard(request_id)
             self.rec.add("withdraw", request_id)
         if step.finished:
             self.finished = True
@@ -417,7 +417,7 @@ class TaskRun(threading.Thread):
         written is kept here, so a look at the database before it is written never sends the answer again)."""
         if perm.pk in self.rec.delivered:
             return
-        self.open_asks.pop(perm.request_id, None)
+        self.open_asks.discard(perm.request_id)
         self._write(self.runner.answer(decision_for(perm)))
         self.rec.delivered.add(perm.pk)
         self.rec.add("delivered", perm)
@@ -434,8 +434,7 @@ class TaskRun(threading.Thread):
             return
         if self.stopping is None and now.cancel_requested_at is not None:
             self._begin_stop(Status.CANCELLED, now.cancel_reason or "cancelled by request")
-        timeout = settings.BRIDGE_PERMISSION_TIMEOUT_S
-        if any(time.monotonic() - asked >= timeout for asked in self.open_asks.values()):
+        if self.open_asks:  # the sweep wakes this run when one is overdue (actions.tasks_with_news)
             for perm in actions.expire_permissions(self.task):
                 self._deliver(perm)
 
@@ -675,21 +674,7 @@ class Supervisor:
 
     def reap_orphans(self) -> None:
         """Tasks left running by a supervisor that is gone cannot be managed any more: say so, keep their events."""
-        for task in actions.find_orphans(self.worker):
-            worker = task.worker.name if task.worker else "unknown"
-            reason = f"its supervisor ({worker}) stopped while the task was running"
-            if (
-                task.worker
-                and task.worker.host == self.worker.host
-                and processes.same_process(task.pid, task.process_create_time)
-            ):
-                processes.kill_tree(task.pid, task.process_create_time)
-                reason += "; the agent process was still alive and has been killed"
-            if task.worker and task.worker.host == self.worker.host:
-                # what the agent started, wherever it was re-parented
-                processes.kill_tagged(str(task.public_id), task.process_create_time)
-            actions.mark_orphaned(task, reason + ". Nothing was re-run.")
-            log.warning("task %s orphaned: %s", task.public_id, reason)
+        actions.orphan_others(self.worker)
 
     def _drain(self) -> None:
         runs = list(self.runs.values())

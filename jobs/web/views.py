@@ -23,13 +23,15 @@ from django.urls import reverse
 from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_GET, require_POST
 
-from jobs import actions, auth, executors, hbridge, hermes_skills, reports
-from jobs.errors import BridgeError, InvalidInput
-from jobs.forms import DecisionForm, FollowUpForm, NewTaskForm
-from jobs.hints import manage_command
+from jobs import actions
+from jobs.agents import executors, hermes_skills
+from jobs.core.errors import BridgeError, InvalidInput
+from jobs.core.hints import manage_command
+from jobs.core.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, PermissionMode, Source, Status, choices
 from jobs.models import PermissionRequest, Task, TaskCount, TaskEvent
-from jobs.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, PermissionMode, Source, Status, choices
-from jobs.watching import TaskWatch, on_stream_readers
+from jobs.web import auth, hbridge, reports
+from jobs.web.forms import DecisionForm, FollowUpForm, NewTaskForm
+from jobs.web.watching import TaskWatch, on_stream_readers
 
 SSE_BATCH = 500
 SSE_PRIME = 200  # events a resumed stream re-reads so it does not send a streamed text twice
@@ -60,7 +62,7 @@ def _frames(frames: Iterable[hbridge.Frame]) -> bytes:
 
 def _read_after(task: Task, since: int, settle: bool) -> list[dict]:
     """The events after `since`, the task re-read first; `settle` first on the stream's first read (a dead
-    supervisor rings no more; after that the sweep sees to it, jobs/watching.py)."""
+    supervisor rings no more; after that the sweep sees to it, jobs/web/watching.py)."""
     if settle:
         actions.settle_if_orphaned(task)
     return [actions.event_data(e) for e in actions.read_transcript(task, since, SSE_BATCH)]
@@ -74,8 +76,8 @@ def _read_before(task: Task, since: int) -> list[dict]:
 
 
 async def _stream(task: Task, since: int) -> AsyncIterator[bytes]:
-    """Bridge's events and hbridge's (jobs/hbridge.py), read from the database by seq, until the task has ended. It
-    reads when its task rings or the sweep finds news for it (jobs/watching.py), and sends a heartbeat when quiet."""
+    """Bridge's events and hbridge's (web/hbridge.py), read from the database by seq, until the task has ended. It
+    reads when its task rings or the sweep finds news for it (web/watching.py), and sends a heartbeat when quiet."""
     translator = hbridge.StreamTranslator(str(task.public_id))
     translator.prime(await on_stream_readers(_read_before)(task, since))
     watch = TaskWatch(task)
@@ -144,11 +146,11 @@ def _open_stream(request: HttpRequest) -> tuple[Task, int] | HttpResponse:
 
 
 def task_stream(request: HttpRequest) -> HttpResponse:
-    """SSE in Bridge's and hbridge's vocabularies (jobs/hbridge.py): Bridge's events have `id:` = seq (resume with
+    """SSE in Bridge's and hbridge's vocabularies (web/hbridge.py): Bridge's events have `id:` = seq (resume with
     Last-Event-ID or ?since=); the stream opens with `connected` and ends with `end`, then hbridge's `done`.
 
     A sync view like the others: it checks the request on its thread and returns; the stream's coroutine runs on the
-    event loop (jobs/webserver.py `PooledDjango`), holding no thread while it waits."""
+    event loop (jobs/web/webserver.py `PooledDjango`), holding no thread while it waits."""
     if request.method != "GET":
         return JsonResponse({"error": "use GET", "code": "method_not_allowed"}, status=405, headers={"Allow": "GET"})
     opened = _open_stream(request)

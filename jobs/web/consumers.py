@@ -3,7 +3,7 @@
 A client says which seq (or list cursor) it saw last and gets everything after it from the database, then live
 news. Doorbell rings (in-process, or through the channel layer from another process) only wake the reader
 (docs/architecture.md, "Principles" 1): a dropped one costs latency, never an event, because the process's sweep
-wakes a task's reader when its task has news it has not read (jobs/watching.py), and the list's reader looks again
+wakes a task's reader when its task has news it has not read (jobs/web/watching.py), and the list's reader looks again
 after BRIDGE_POLL_S.
 """
 
@@ -20,11 +20,13 @@ from django.db.models import Max
 from django.http.request import split_domain_port, validate_host
 from django.template.loader import render_to_string
 
-from jobs import actions, auth, doorbell
-from jobs.errors import BridgeError, NotFound
+from jobs import actions
+from jobs.core import doorbell
+from jobs.core.errors import BridgeError, NotFound
+from jobs.core.vocabulary import TERMINAL_STATUSES, Status
 from jobs.models import AgentSession, PermissionRequest, Task, TaskCount, TaskEvent, Worker
-from jobs.vocabulary import TERMINAL_STATUSES, Status
-from jobs.watching import TaskWatch
+from jobs.web import auth
+from jobs.web.watching import TaskWatch
 
 log = logging.getLogger(__name__)
 EVENT_BATCH = 500
@@ -186,7 +188,7 @@ class TaskEventsConsumer(BridgeConsumer):
         """The events after `since` and the task's state: two queries while the task streams. The supervisor, its
         session and the pending count are read again only when they may have changed; `settle` (the first read)
         checks that the supervisor still lives, since a dead one rings no more (after that the sweep does,
-        jobs/watching.py)."""
+        jobs/web/watching.py)."""
         if settle:
             actions.settle_if_orphaned(self.task)
         if self.task.status == Status.QUEUED:

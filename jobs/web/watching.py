@@ -22,10 +22,11 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
 
-from jobs import actions, doorbell
+from jobs import actions
+from jobs.core import doorbell
+from jobs.core.resilience import Outage, is_transient
+from jobs.core.vocabulary import Status
 from jobs.models import Task
-from jobs.resilience import Outage, is_transient
-from jobs.vocabulary import Status
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from jobs.errors import InvalidInput
-from jobs.vocabulary import TERMINAL_STATUSES, Status
+from jobs.core.errors import InvalidInput
+from jobs.core.vocabulary import TERMINAL_STATUSES, Status
 
 CREATED = "created"
 RUNNING = "running"

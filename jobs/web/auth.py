@@ -17,10 +17,11 @@ from django.urls import reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from jobs import actions, rows
+from jobs import actions
+from jobs.actions import rows
 from jobs.actions.tokens import PREFIX_LEN, could_be_token, token_digest
-from jobs.errors import Unauthenticated
-from jobs.hints import manage_command
+from jobs.core.errors import Unauthenticated
+from jobs.core.hints import manage_command
 from jobs.models import ApiToken
 
 

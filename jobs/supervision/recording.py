@@ -2,7 +2,7 @@
 
 `Recorder` keeps a TaskRun's writes in the agent's order and survives database outages (held in memory, bounded,
 written when the database answers again, never twice); `LineReader` and `TailReader` read the child's stdout as lines
-and keep the tail of its stderr. The supervisor (jobs/supervisor.py) drives them.
+and keep the tail of its stderr. The supervisor (jobs/supervision/supervisor.py) drives them.
 """
 
 import json
@@ -16,10 +16,10 @@ from typing import Any
 from django.conf import settings
 
 from jobs import actions
+from jobs.core.resilience import Outage, drop_connection, is_transient
+from jobs.core.vocabulary import PermissionStatus
 from jobs.models import PermissionRequest, Task, TaskEvent
-from jobs.resilience import Outage, drop_connection, is_transient
-from jobs.runners.base import PermissionAsk
-from jobs.vocabulary import PermissionStatus
+from jobs.supervision.runners.base import PermissionAsk
 
 ESSENTIAL_KINDS = frozenset({"init", "result"})
 # Besides the essential ones, what a run keeps past BRIDGE_DB_BUFFER_BYTES while the database is away: its own notes.

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from django.conf import settings
 
-from jobs.executors import child_env
-from jobs.hermes_skills import ONESHOT_ONLY_OPTIONS, hermes_executable, run_mode
-from jobs.runners.acp import AcpRunner
-from jobs.runners.base import Decision, Outcome, Runner, RunSpec, Step
-from jobs.vocabulary import PermissionMode, Status
+from jobs.agents.executors import child_env
+from jobs.agents.hermes_skills import ONESHOT_ONLY_OPTIONS, hermes_executable, run_mode
+from jobs.core.vocabulary import PermissionMode, Status
+from jobs.supervision.runners.acp import AcpRunner
+from jobs.supervision.runners.base import Decision, Outcome, Runner, RunSpec, Step
 
 SESSION_ID_RE = re.compile(r"^session_id:\s*(\S+)\s*$", re.MULTILINE)
 DEFAULT_MAX_TURNS = 90  # Hermes' own default
@@ -76,7 +76,7 @@ def script_interpreter(script: Path) -> list[str] | None:
 
 
 def hermes_mode(spec: RunSpec) -> str:
-    """`acp` or `oneshot` for this task (jobs/hermes_skills.py decides; the task page shows the same)."""
+    """`acp` or `oneshot` for this task (jobs/agents/hermes_skills.py decides; the task page shows the same)."""
     return run_mode(spec.options, spec.resume_session_id)
 
 

@@ -10,8 +10,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.executors import child_env
-from jobs.vocabulary import Agent, PermissionMode, PermissionStatus
+from jobs.agents.executors import child_env
+from jobs.core.vocabulary import Agent, PermissionMode, PermissionStatus
 
 
 def dumps_line(message: dict) -> bytes:

@@ -21,7 +21,7 @@ Daphne hands every reply straight to Twisted, which buffers whatever the socket 
 client that stops reading an SSE stream or a websocket made the server hold the rest of the transcript for it.
 Twisted already knows when a connection's buffer is full (it pauses a registered push producer) and when it has
 drained (it resumes it). `FlowControlledServer` registers a small producer on each streaming connection and makes
-`send` wait for "resumed", so the stream readers in jobs/views.py and jobs/consumers.py read the next batch from the
+`send` wait for "resumed", so the stream readers in views.py and consumers.py read the next batch from the
 database only once the last one is on its way. What one client can hold is then bounded by Twisted's buffer plus one
 batch; a client that stays stuck for `BRIDGE_STREAM_STALL_S` is disconnected and the stream ends
 (docs/architecture.md, "Streams").
@@ -70,7 +70,7 @@ class PooledDjango:
     """An ASGI app that answers each HTTP request with one call of a WSGI app (Django's) on a fixed pool of threads.
 
     A response Django builds in memory is carried back whole. A response that streams from an async iterator (the
-    SSE stream, jobs/views.py) is sent from the event loop as the iterator yields, and ends early if the client
+    SSE stream, jobs/web/views.py) is sent from the event loop as the iterator yields, and ends early if the client
     leaves: its view runs on a pool thread like any other and hands the thread back when it returns, so an open
     stream holds no thread (Django's ASGI handler, which served it before, kept a thread per open stream)."""
 

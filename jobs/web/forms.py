@@ -4,7 +4,7 @@ import json
 
 from django import forms
 
-from jobs.vocabulary import Agent, PermissionMode, choices
+from jobs.core.vocabulary import Agent, PermissionMode, choices
 
 
 class NewTaskForm(forms.Form):

@@ -6,8 +6,8 @@ from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 
 from django.conf import settings
 
-from jobs.errors import InvalidInput, NotFound, Refused
-from jobs.inputs import check_path_text
+from jobs.core.errors import InvalidInput, NotFound, Refused
+from jobs.core.inputs import check_path_text
 from jobs.processes import PLATFORM
 
 _WINDOWS_FORM = re.compile(r"^(?:[A-Za-z]:|\\\\)")  # a drive letter, or a UNC path's two backslashes
@@ -79,27 +79,28 @@ def _identity(path: PurePath) -> tuple[int, int] | None:
     return stat.st_dev, stat.st_ino
 
 
-def resolve_cwd(raw: str | None) -> Path:
-    """Return the real directory a task may run in, or raise before anything starts."""
+def resolve_cwd(raw: str | None, roots: list[Path] | None = None, where: str = "") -> Path:
+    """The real directory a task may run in, or raise before anything starts: the one confinement rule, checked when
+    a task is made, when a supervisor claims it (against its own roots, `where` naming its host) and at spawn."""
     if raw is None or not str(raw).strip():
         candidate = Path(settings.BRIDGE_DEFAULT_CWD)
     else:
         candidate = expanded("cwd", check_path_text("cwd", raw).strip())
         if not candidate.is_absolute():
             raise InvalidInput(f"cwd must be an absolute path, got {raw!r}")
-    roots = allowed_roots()
-    resolved = resolved_or_refused("cwd", candidate)
+    roots = allowed_roots() if roots is None else roots
+    resolved = resolved_or_refused("cwd", candidate, where)
     if not is_inside(resolved, roots):
         raise Refused(
-            f"cwd {str(candidate)!r} resolves to {str(resolved)!r}, outside the allowed roots: "
+            f"cwd {str(candidate)!r} resolves to {str(resolved)!r}{where}, outside the allowed roots: "
             + ", ".join(str(r) for r in roots)
             + " (set BRIDGE_ALLOWED_ROOTS to change them)",
             allowed_roots=[str(r) for r in roots],
         )
     if not resolved.exists():
-        raise InvalidInput(f"cwd {str(resolved)!r} does not exist")
+        raise InvalidInput(f"cwd {str(resolved)!r} does not exist{where}")
     if not resolved.is_dir():
-        raise InvalidInput(f"cwd {str(resolved)!r} is not a directory")
+        raise InvalidInput(f"cwd {str(resolved)!r} is not a directory{where}")
     return resolved
 
 
@@ -111,12 +112,13 @@ def expanded(name: str, text: str) -> Path:
         raise InvalidInput(f"{name} {text!r} starts with a home directory this machine does not know") from None
 
 
-def resolved_or_refused(name: str, candidate: Path) -> Path:
+def resolved_or_refused(name: str, candidate: Path, where: str = "") -> Path:
     """The path with every symlink followed; a path the OS cannot even look up is the caller's error, not ours."""
     try:
         return candidate.resolve()
     except (OSError, RuntimeError) as exc:
-        raise InvalidInput(f"{name} {str(candidate)!r} cannot be looked up: {getattr(exc, 'strerror', exc)}") from None
+        reason = getattr(exc, "strerror", exc)
+        raise InvalidInput(f"{name} {str(candidate)!r} cannot be looked up{where}: {reason}") from None
 
 
 def readable_roots() -> list[Path]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 from django.conf import settings
 
-from jobs import hermes_skills
+from jobs.agents import hermes_skills
 
 ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "TZ", "SHELL", "TERM")
 ENV_PREFIXES = ("LC_", "ANTHROPIC_", "CLAUDE_", "DISABLE_", "HERMES_")

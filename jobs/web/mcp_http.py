@@ -7,10 +7,10 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpResponse
 
-from jobs import auth
-from jobs.errors import Unauthenticated
+from jobs.core.errors import Unauthenticated
 from jobs.mcp.reads import in_db
-from jobs.middleware import database_busy_response, internal_error
+from jobs.web import auth
+from jobs.web.middleware import database_busy_response, internal_error
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,8 @@ import uuid
 
 from django.conf import settings
 
-from jobs.runners.base import (
+from jobs.core.vocabulary import PermissionMode, Status
+from jobs.supervision.runners.base import (
     Decision,
     Outcome,
     PermissionAsk,
@@ -20,7 +21,6 @@ from jobs.runners.base import (
     json_object,
     plain_output,
 )
-from jobs.vocabulary import PermissionMode, Status
 
 REQUEST_ID_RE = re.compile(rb'"request_id"\s*:\s*"([^"]{1,200})"')
 TOOL_RESULT_TEXT_LIMIT = 64 * 1024

@@ -9,7 +9,7 @@ import json
 import math
 import os
 
-from jobs.errors import InvalidInput
+from jobs.core.errors import InvalidInput
 
 MAX_INT = 2**31 - 1  # what every database column Bridge counts with holds
 MAX_PATH_BYTES = 4096

@@ -3,10 +3,10 @@ opening, admin), never an HTML 500. And every error Django itself answers (a bug
 over DATA_UPLOAD_MAX_MEMORY_SIZE, an unknown path) is JSON in the API's shape under /v1/ and for programs
 (`handler400`, `handler404`, `handler500` in bridge/urls.py), and HTML only for a browser's pages.
 
-"Busy" is what `jobs.errors.is_database_busy` recognises: no pooled connection came free within
+"Busy" is what `jobs.core.errors.is_database_busy` recognises: no pooled connection came free within
 BRIDGE_DB_POOL_TIMEOUT_S (psycopg_pool's PoolTimeout), PostgreSQL had no connection slot left ("too many clients"), or
 SQLite's write lock stayed taken ("database is locked"). The body is `DatabaseBusy.as_dict()`, the one the REST API's
-own handler (jobs/api.py) sends too, since django-ninja answers its views' exceptions before any middleware sees them.
+own handler (web/api.py) sends too, since django-ninja answers its views' exceptions before any middleware sees them.
 
 On SQLite a web request waits BRIDGE_DB_POOL_TIMEOUT_S for the write lock rather than the supervisors' 20 s, so a
 burst is answered at once instead of piling up threads.
@@ -24,7 +24,7 @@ from django.db.backends.signals import connection_created
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 
-from jobs.errors import BridgeError, DatabaseBusy, is_database_busy
+from jobs.core.errors import BridgeError, DatabaseBusy, is_database_busy
 
 log = logging.getLogger(__name__)
 
