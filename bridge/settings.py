@@ -37,11 +37,24 @@ def env_float(name: str, default: float, minimum: float) -> float:
     return value
 
 
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
 def env_bool(name: str, default: bool) -> bool:
+    """A switch: one of TRUE_WORDS or FALSE_WORDS (any case). Any other word stops the start-up, naming both lists: a
+    misspelt `enabled` must not turn a feature off without a word."""
     raw = os.environ.get(name, "").strip().lower()
     if not raw:
         return default
-    return raw in {"1", "true", "yes", "on"}
+    if raw in TRUE_WORDS:
+        return True
+    if raw in FALSE_WORDS:
+        return False
+    raise SystemExit(
+        f"{name}={os.environ[name].strip()!r} is not a yes or a no: use one of {', '.join(TRUE_WORDS)} "
+        f"or one of {', '.join(FALSE_WORDS)}"
+    )
 
 
 def env_list(name: str, default: list[str], sep: str = ",") -> list[str]:
