@@ -216,7 +216,7 @@ class TaskCount(models.Model):
     counts in the transaction of every insert, delete and status change, whoever makes it (jobs.actions, the admin,
     a bulk update, raw SQL), so the dashboard, `/health` and every list update read a handful of rows where counting
     the tasks read all of them (15 ms at 100,000 tasks on SQLite, 33 ms on PostgreSQL). On SQLite a migration that
-    rebuilds the task table drops its triggers: tests/test_task_counts.py checks that they are there after every
+    rebuilds the task table drops its triggers: integration/test_task_counts.py checks that they are there after every
     migration."""
 
     status = models.CharField(max_length=20, primary_key=True)

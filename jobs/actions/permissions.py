@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from jobs.actions import rows
 from jobs.actions.events import append_events
-from jobs.core.errors import Conflict, InvalidInput, NotFound
+from jobs.core.errors import Conflict, ErrorCode, InvalidInput, NotFound
 from jobs.core.inputs import check_json, check_text
 from jobs.core.vocabulary import DecidedVia, PermissionMode, PermissionStatus
 from jobs.models import ANSWERS_TO_PASS_ON, PermissionRequest, Task
@@ -93,7 +93,9 @@ def request_to_decide(task: Task, request_id: str | None) -> PermissionRequest:
     if request_id:
         perm = next(iter(rows.select(PermissionRequest, task_id=task.pk, request_id=request_id, limit=1)), None)
         if perm is None:
-            raise NotFound(f"task {task.public_id} has no permission request {request_id!r}", code="no_such_request")
+            raise NotFound(
+                f"task {task.public_id} has no permission request {request_id!r}", code=ErrorCode.NO_SUCH_REQUEST
+            )
     else:
         oldest = rows.select(
             PermissionRequest, task_id=task.pk, status=PermissionStatus.PENDING, order_by=("created_at", "id"), limit=1
@@ -104,14 +106,14 @@ def request_to_decide(task: Task, request_id: str | None) -> PermissionRequest:
             state = "has ended" if task.is_terminal else "is not waiting for one"
             raise Conflict(
                 f"task {task.public_id} has no pending permission request (it {state}, {task.status})",
-                code="nothing_pending",
+                code=ErrorCode.NOTHING_PENDING,
             )
     if perm.status != PermissionStatus.PENDING:
         raise Conflict(
             f"permission request {perm.request_id} was already {perm.status}"
             + (f" via {perm.decided_via}" if perm.decided_via else "")
             + "; nothing was sent to the agent",
-            code="already_decided",
+            code=ErrorCode.ALREADY_DECIDED,
             request_id=perm.request_id,
             status=perm.status,
         )
@@ -145,7 +147,8 @@ def decide_permission(
         }
         if not PermissionRequest.objects.pending().filter(pk=perm.pk).update(**decision):
             raise Conflict(
-                f"permission request {perm.request_id} was answered meanwhile; nothing was sent", code="already_decided"
+                f"permission request {perm.request_id} was answered meanwhile; nothing was sent",
+                code=ErrorCode.ALREADY_DECIDED,
             )
         for field, value in decision.items():  # what was written, without reading it back
             setattr(perm, field, value)

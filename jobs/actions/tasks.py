@@ -18,7 +18,7 @@ from jobs.actions.liveness import live_supervisors, settle_if_orphaned
 from jobs.actions.workers import served_cwd, wait_reason
 from jobs.agents import hermes_skills
 from jobs.core import doorbell, paths
-from jobs.core.errors import Conflict, InvalidInput, NotFound, QueueFull
+from jobs.core.errors import Conflict, ErrorCode, InvalidInput, NotFound, QueueFull
 from jobs.core.inputs import check_int, check_text
 from jobs.core.vocabulary import Agent, PermissionMode, Source, Status
 from jobs.models import AgentSession, Task, Worker
@@ -57,12 +57,12 @@ def get_task(task_id: str | uuid.UUID) -> Task:
         raise NotFound(
             f"no task {shown!r}: task ids look like 0b4f8e2c-5d7a-4c1e-9f3b-2a6d8e1c4b70 (the task_id a create "
             "answered with; GET /v1/tasks lists them)",
-            code="no_such_task",
+            code=ErrorCode.NO_SUCH_TASK,
         ) from None
     # with its session and supervisor, so that every reader of the task has them without a query
     found = rows.select(Task, public_id=public_id, related=("session", "worker"))
     if not found:
-        raise NotFound(f"no task {task_id}", code="no_such_task") from None
+        raise NotFound(f"no task {task_id}", code=ErrorCode.NO_SUCH_TASK) from None
     return settle_if_orphaned(found[0])  # every read sees a dead supervisor's task as orphaned at once
 
 
@@ -303,7 +303,7 @@ def create_or_join_task(spec: TaskSpec) -> tuple[Task, bool]:
     raise Conflict(
         f"an identical task kept starting and ending while this one was being queued ({JOIN_ATTEMPTS} tries); "
         "send it again",
-        code="dedupe_contention",
+        code=ErrorCode.DEDUPE_CONTENTION,
     )
 
 
@@ -324,7 +324,7 @@ def known_session_id(agent: str, session_id: str, cwd: str | None) -> str:
         if task is None:
             raise NotFound(
                 f"Bridge has run no {agent} session in {resolved} yet, so there is no 'latest' to resume",
-                code="no_such_session",
+                code=ErrorCode.NO_SUCH_SESSION,
             )
         return task.session.session_id
     if AgentSession.objects.filter(agent=agent, session_id=session_id).exists():
@@ -343,7 +343,7 @@ def known_session_id(agent: str, session_id: str, cwd: str | None) -> str:
             else ""
         )
         + "; use a session id from an earlier reply, or 'latest'",
-        code="no_such_session",
+        code=ErrorCode.NO_SUCH_SESSION,
     )
 
 
@@ -354,7 +354,7 @@ def continue_task(task: Task, prompt: str, *, source: str = Source.API, created_
         raise Conflict(
             f"task {task.public_id} has no agent session to continue (the agent never reported one: it "
             f"{'has not started yet' if task.status == Status.QUEUED else 'ended before it did'}); start a new task",
-            code="no_session_to_continue",
+            code=ErrorCode.NO_SESSION_TO_CONTINUE,
         )
     spec = TaskSpec(
         prompt=prompt,
@@ -400,5 +400,6 @@ def request_cancel(task: Task, reason: str = "cancelled by request", by: str = "
     if task.status == Status.RUNNING:
         return task  # already being cancelled: asking twice is harmless
     raise Conflict(
-        f"task {task.public_id} has already ended ({task.status}); there is nothing to cancel", code="task_ended"
+        f"task {task.public_id} has already ended ({task.status}); there is nothing to cancel",
+        code=ErrorCode.TASK_ENDED,
     )

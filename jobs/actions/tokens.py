@@ -9,7 +9,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from jobs.core.errors import Conflict, InvalidInput
+from jobs.core.errors import Conflict, ErrorCode, InvalidInput
 from jobs.core.hints import manage_command
 from jobs.core.inputs import check_text
 from jobs.models import ApiToken
@@ -54,7 +54,7 @@ def free_name(name: str) -> None:
         raise Conflict(
             f"a token named {name!r} is active: revoke it first ({manage_command('token', 'revoke', name)}) "
             "or pick another name",
-            code="token_name_taken",
+            code=ErrorCode.TOKEN_NAME_TAKEN,
         )
     suffix = f"~{old.pk}"
     ApiToken.objects.filter(pk=old.pk).update(name=name[: MAX_NAME_CHARS - len(suffix)] + suffix)

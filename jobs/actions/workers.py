@@ -28,7 +28,7 @@ from django.utils import timezone
 from jobs import processes
 from jobs.actions import rows
 from jobs.core import paths
-from jobs.core.errors import Conflict, InvalidInput, Refused
+from jobs.core.errors import Conflict, ErrorCode, InvalidInput, Refused
 from jobs.core.hints import manage_command
 from jobs.core.inputs import check_path_text
 from jobs.models import Task, Worker
@@ -98,7 +98,7 @@ def free_name(name: str) -> None:
         raise Conflict(
             f"a supervisor named {name!r} is already running (host {old.host}, pid {old.pid}); "
             "give this one another name, or stop that one first",
-            code="supervisor_name_taken",
+            code=ErrorCode.SUPERVISOR_NAME_TAKEN,
         )
     Worker.objects.filter(pk=old.pk).update(name=f"{name}~{old.pk}")
 

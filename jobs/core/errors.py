@@ -1,22 +1,113 @@
 """Errors that jobs.actions raises; every adapter turns them into its own kind of answer in one place.
 
 Each carries a message for people (what, why, what to do), an HTTP status for REST, a stable machine-readable
-`code` that REST, MCP and websockets all show, and the data behind it (`detail`).
+`code` that REST, MCP and websockets all show, and the data behind it (`detail`). `ErrorCode` is the one list of
+codes: every refusal names one, the OpenAPI schema lists them, and the README's table is this list.
 """
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """Every `code` Bridge answers with, on every interface."""
+
+    INVALID_INPUT = "invalid_input"
+    BAD_REQUEST = "bad_request"
+    BAD_HTTP_REQUEST = "bad_http_request"
+    INVALID_JSON = "invalid_json"
+    CONFLICTING_TIMEOUTS = "conflicting_timeouts"
+    UNREADABLE = "unreadable"
+    HERMES_NOT_INSTALLED = "hermes_not_installed"
+    UNAUTHENTICATED = "unauthenticated"
+    REFUSED = "refused"
+    EXECUTOR_NOT_READY = "executor_not_ready"
+    READ_ONLY = "read_only"
+    NOT_FOUND = "not_found"
+    NO_SUCH_TASK = "no_such_task"
+    NO_SUCH_REQUEST = "no_such_request"
+    NO_SUCH_SESSION = "no_such_session"
+    NO_SUCH_SOCKET = "no_such_socket"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    CONFLICT = "conflict"
+    ALREADY_DECIDED = "already_decided"
+    NOTHING_PENDING = "nothing_pending"
+    TASK_ENDED = "task_ended"
+    NO_SESSION_TO_CONTINUE = "no_session_to_continue"
+    DEDUPE_CONTENTION = "dedupe_contention"
+    TOKEN_NAME_TAKEN = "token_name_taken"
+    SUPERVISOR_NAME_TAKEN = "supervisor_name_taken"
+    TOO_LARGE = "too_large"
+    URI_TOO_LONG = "uri_too_long"
+    INVALID_REQUEST = "invalid_request"
+    QUEUE_FULL = "queue_full"
+    HEADERS_TOO_LARGE = "headers_too_large"
+    INTERNAL_ERROR = "internal_error"
+    DATABASE_BUSY = "database_busy"
+
+
+@dataclass(frozen=True)
+class Meaning:
+    http_status: int  # what REST answers with it (websockets close with 4000 + this)
+    text: str  # what it means, for the README and the schema
+
+
+MEANINGS: dict[ErrorCode, Meaning] = {
+    ErrorCode.INVALID_INPUT: Meaning(400, "a value Bridge cannot take; the message names the field and what it takes"),
+    ErrorCode.BAD_REQUEST: Meaning(400, "the request cannot be read (a malformed body, form or header)"),
+    ErrorCode.BAD_HTTP_REQUEST: Meaning(400, "not HTTP Bridge can parse (a URL that is not ASCII, broken headers)"),
+    ErrorCode.INVALID_JSON: Meaning(400, "the body is not valid JSON"),
+    ErrorCode.CONFLICTING_TIMEOUTS: Meaning(400, "`timeout_s` and hbridge's `taskTimeoutMs` both given, and different"),
+    ErrorCode.UNREADABLE: Meaning(400, "`hermes_read` could not read the path (the OS's reason is given)"),
+    ErrorCode.HERMES_NOT_INSTALLED: Meaning(400, "a Hermes tool was called and no Hermes is installed"),
+    ErrorCode.UNAUTHENTICATED: Meaning(
+        401, "no token, a malformed header, an unknown or a revoked token (`reason` says which)"
+    ),
+    ErrorCode.REFUSED: Meaning(403, "a cwd or path outside the allowed roots (the roots are named)"),
+    ErrorCode.EXECUTOR_NOT_READY: Meaning(403, "the supervisor that MCP would start cannot run this agent"),
+    ErrorCode.READ_ONLY: Meaning(403, "a message sent on a websocket that only reads"),
+    ErrorCode.NOT_FOUND: Meaning(404, "no such path"),
+    ErrorCode.NO_SUCH_TASK: Meaning(404, "no task with this id"),
+    ErrorCode.NO_SUCH_REQUEST: Meaning(404, "the task has no permission request with this id"),
+    ErrorCode.NO_SUCH_SESSION: Meaning(404, "no agent session with this id (in this cwd)"),
+    ErrorCode.NO_SUCH_SOCKET: Meaning(404, "no websocket at this path"),
+    ErrorCode.METHOD_NOT_ALLOWED: Meaning(405, "the path takes another HTTP method (`Allow` names it)"),
+    ErrorCode.CONFLICT: Meaning(409, "the request does not fit the task's state now"),
+    ErrorCode.ALREADY_DECIDED: Meaning(409, "the permission request was answered first by someone else"),
+    ErrorCode.NOTHING_PENDING: Meaning(409, "the task has no permission request waiting"),
+    ErrorCode.TASK_ENDED: Meaning(409, "the task has already ended: nothing to cancel"),
+    ErrorCode.NO_SESSION_TO_CONTINUE: Meaning(409, "the task has no agent session to continue"),
+    ErrorCode.DEDUPE_CONTENTION: Meaning(409, "identical tasks were created at once; send it again"),
+    ErrorCode.TOKEN_NAME_TAKEN: Meaning(409, "a live token already has this name"),
+    ErrorCode.SUPERVISOR_NAME_TAKEN: Meaning(409, "a live supervisor already has this name"),
+    ErrorCode.TOO_LARGE: Meaning(413, "a body over DATA_UPLOAD_MAX_MEMORY_SIZE"),
+    ErrorCode.URI_TOO_LONG: Meaning(414, "a URL over 64 KiB"),
+    ErrorCode.INVALID_REQUEST: Meaning(
+        422, "what the schema refuses: a wrong type, an out-of-range number, an unknown or repeated parameter"
+    ),
+    ErrorCode.QUEUE_FULL: Meaning(429, "BRIDGE_MAX_QUEUED tasks are waiting already"),
+    ErrorCode.HEADERS_TOO_LARGE: Meaning(431, "a request header over 64 KiB"),
+    ErrorCode.INTERNAL_ERROR: Meaning(500, "a bug: Bridge failed, and logged the traceback"),
+    ErrorCode.DATABASE_BUSY: Meaning(503, "the database could not take the request in time; retry after `Retry-After`"),
+}
 
 
 class BridgeError(Exception):
-    """A request Bridge refuses. `code` and `http_status` default to the class's; a raise site may be more precise."""
+    """A request Bridge refuses. `code` defaults to the class's; a raise site may name a more precise one, whose
+    HTTP status (MEANINGS) then goes with it unless `http_status` says otherwise."""
 
     http_status = 400
-    code = "invalid_input"
+    code = ErrorCode.INVALID_INPUT
 
-    def __init__(self, message: str, *, code: str | None = None, http_status: int | None = None, **detail: object):
+    def __init__(
+        self, message: str, *, code: ErrorCode | None = None, http_status: int | None = None, **detail: object
+    ):
         super().__init__(message)
         self.message = message
         self.detail = detail
         if code is not None:
-            self.code = code
+            self.code = ErrorCode(code)  # a code not on the list fails here, at the raise site
+            self.http_status = MEANINGS[self.code].http_status
         if http_status is not None:
             self.http_status = http_status
 
@@ -27,32 +118,32 @@ class BridgeError(Exception):
 
 class InvalidInput(BridgeError):
     http_status = 400
-    code = "invalid_input"
+    code = ErrorCode.INVALID_INPUT
 
 
 class Unauthenticated(BridgeError):
     http_status = 401
-    code = "unauthenticated"
+    code = ErrorCode.UNAUTHENTICATED
 
 
 class Refused(BridgeError):
     http_status = 403
-    code = "refused"
+    code = ErrorCode.REFUSED
 
 
 class NotFound(BridgeError):
     http_status = 404
-    code = "not_found"
+    code = ErrorCode.NOT_FOUND
 
 
 class Conflict(BridgeError):
     http_status = 409
-    code = "conflict"
+    code = ErrorCode.CONFLICT
 
 
 class QueueFull(BridgeError):
     http_status = 429
-    code = "queue_full"
+    code = ErrorCode.QUEUE_FULL
 
 
 class DatabaseBusy(BridgeError):
@@ -61,7 +152,7 @@ class DatabaseBusy(BridgeError):
     after `retry_after_s` (HTTP adapters also send it as Retry-After)."""
 
     http_status = 503
-    code = "database_busy"
+    code = ErrorCode.DATABASE_BUSY
 
     def __init__(self, retry_after_s: int) -> None:
         super().__init__(

@@ -11,7 +11,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent
 from pydantic import ConfigDict
 
-from jobs.core.errors import BridgeError, DatabaseBusy, Refused, is_database_busy
+from jobs.core.errors import BridgeError, DatabaseBusy, ErrorCode, Refused, is_database_busy
 from jobs.mcp import replies
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def tool(fn: Callable[..., Awaitable[str]]) -> Callable[..., Awaitable[str]]:
                 busy = DatabaseBusy(settings.BRIDGE_DB_RETRY_AFTER_S)
                 return _flagged(replies.error(busy.message, busy.code))
             log.exception("MCP tool %s failed", fn.__name__)
-            return _flagged(replies.error(replies.unexpected(fn.__name__, exc), replies.INTERNAL_ERROR))
+            return _flagged(replies.error(replies.unexpected(fn.__name__, exc), ErrorCode.INTERNAL_ERROR))
 
     # Replies are plain text only: with structured output the SDK would derive an output schema from `-> str` and
     # send {"result": "STATUS: …"} as structuredContent, which clients such as Claude Code show instead of the text.

@@ -14,6 +14,7 @@ from django.utils import timezone
 from jobs.actions import SystemState
 from jobs.agents.executors import ExecutorStatus
 from jobs.agents.hermes_skills import Skill, SkillLibrary
+from jobs.core.errors import ErrorCode
 from jobs.core.hints import manage_command
 from jobs.core.vocabulary import Status
 from jobs.models import PermissionRequest, Task, Worker
@@ -30,7 +31,6 @@ STATUS_WORDS = {
 RUNNING_TAIL_CHARS = 2000
 MAX_LISTED_ENTRIES = 500
 MAX_INPUT_CHARS = 2000
-INTERNAL_ERROR = "internal_error"
 CANCEL_REQUESTED = "NOTE: cancel requested; the supervisor is stopping the agent."
 
 
@@ -309,7 +309,7 @@ def supervisor_started(pid: int, log_path: Path) -> str:
 # --- errors and notes -----------------------------------------------------------------------------------
 
 
-def error(message: str, code: str, *, refused: bool = False) -> str:
+def error(message: str, code: ErrorCode, *, refused: bool = False) -> str:
     """Every failed tool's reply: the status word, the message for people, the stable code for programs."""
     return f"STATUS: {'refused' if refused else 'error'}\nERROR: {message}\nCODE: {code}"
 

@@ -17,7 +17,7 @@ from pydantic import StrictInt
 from jobs import actions
 from jobs.agents import executors, hermes_skills
 from jobs.core import paths
-from jobs.core.errors import BridgeError, InvalidInput, Refused
+from jobs.core.errors import BridgeError, ErrorCode, InvalidInput, Refused
 from jobs.core.vocabulary import Agent, DecidedVia, Source, Status
 from jobs.mcp import full_log, reads, replies, waiting
 from jobs.mcp.reads import in_db
@@ -59,7 +59,7 @@ def _full_log(task: Task) -> str:
 
 def _require_hermes() -> None:
     if hermes_skills.hermes_executable() is None:
-        raise BridgeError(f"Hermes is {replies.hermes_missing()}.", code="hermes_not_installed")
+        raise BridgeError(f"Hermes is {replies.hermes_missing()}.", code=ErrorCode.HERMES_NOT_INSTALLED)
 
 
 def _listify(value: list[str] | str | None) -> list[str] | None:
@@ -76,7 +76,7 @@ def _start(spec: actions.TaskSpec) -> tuple[Task, list[str]]:
     actions.settle_running_tasks()  # never join an identical task whose supervisor is dead
     refusal = supervisor_starter.refusal(spec.agent)
     if refusal:  # queue nothing that no supervisor could run
-        raise Refused(refusal, code="executor_not_ready")
+        raise Refused(refusal, code=ErrorCode.EXECUTOR_NOT_READY)
     task, created = actions.create_or_join_task(spec)
     notes = [] if created else [replies.joined_existing(task)]
     supervisor_note = supervisor_starter.ensure()
@@ -302,7 +302,7 @@ async def hermes_read(path: str, max_bytes: int = DEFAULT_READ_BYTES) -> str:
     try:
         return (await in_db(_read)(path, max_bytes)) + note
     except OSError as exc:
-        raise InvalidInput(f"cannot read {path!r}: {exc.strerror or exc}", code="unreadable") from None
+        raise InvalidInput(f"cannot read {path!r}: {exc.strerror or exc}", code=ErrorCode.UNREADABLE) from None
 
 
 # --- Hermes' library and health -------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 
 from jobs import actions
 from jobs.actions.tasks import MAX_ARGV_CHARS, MAX_LIST_ENTRIES
-from jobs.core.errors import BridgeError, DatabaseBusy, InvalidInput, is_database_busy
+from jobs.core.errors import BridgeError, DatabaseBusy, ErrorCode, InvalidInput, is_database_busy
 from jobs.core.inputs import MAX_INT, MAX_PATH_BYTES, check_text
 from jobs.core.vocabulary import Agent, Status
 from jobs.models import PermissionRequest, Task
@@ -89,7 +89,7 @@ def refuse_odd_query(view: Callable) -> Callable:
                 if unknown
                 else f"query parameter {', '.join(map(repr, repeated))} given more than once; each takes one value"
             )
-            raise InvalidInput(f"invalid request: {problem}", code="invalid_request", http_status=422)
+            raise InvalidInput(f"invalid request: {problem}", code=ErrorCode.INVALID_REQUEST, http_status=422)
         return view(request, *args, **kwargs)
 
     return checked
@@ -120,12 +120,12 @@ def on_unreadable_request(request: HttpRequest, exc: SuspiciousOperation) -> Htt
     """A body over DATA_UPLOAD_MAX_MEMORY_SIZE is a 413; too many fields and the like, a 400."""
     if isinstance(exc, RequestDataTooBig):
         return too_large()
-    return error_response(request, InvalidInput(f"the request cannot be read: {exc}", code="bad_request"))
+    return error_response(request, InvalidInput(f"the request cannot be read: {exc}", code=ErrorCode.BAD_REQUEST))
 
 
 @api.exception_handler(Http404)
 def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
-    return error_response(request, BridgeError(str(exc) or "not found", code="not_found", http_status=404))
+    return error_response(request, BridgeError(str(exc) or "not found", code=ErrorCode.NOT_FOUND, http_status=404))
 
 
 @api.exception_handler(OperationalError)
@@ -147,9 +147,9 @@ def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpRespons
 
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    message, code = str(exc), "bad_request"
+    message, code = str(exc), ErrorCode.BAD_REQUEST
     if message == "Cannot parse request body":
-        message, code = "the request body is not valid JSON", "invalid_json"
+        message, code = "the request body is not valid JSON", ErrorCode.INVALID_JSON
     return error_response(request, BridgeError(message, code=code, http_status=exc.status_code))
 
 
@@ -162,7 +162,9 @@ def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespo
         problems.append(f"{where or 'request'}: {err.get('msg', 'invalid')}")
         detail.append({"type": str(err.get("type", "")), "loc": loc, "msg": str(err.get("msg", ""))})
     message = "invalid request: " + "; ".join(problems)
-    return error_response(request, InvalidInput(message, code="invalid_request", http_status=422, detail=detail))
+    return error_response(
+        request, InvalidInput(message, code=ErrorCode.INVALID_REQUEST, http_status=422, detail=detail)
+    )
 
 
 class ErrorOut(Schema):
@@ -170,7 +172,7 @@ class ErrorOut(Schema):
 
     model_config = ConfigDict(extra="allow")
     error: str = Field(description="For people: what was wrong, why, and what to do.")
-    code: str = Field(description="For programs: a stable code, e.g. invalid_input, no_such_task, queue_full.")
+    code: ErrorCode = Field(description="For programs: a stable code (the README's table says what each means).")
 
 
 # The answers each kind of operation can give besides 200 (all in ErrorOut's shape): 400 a value Bridge refuses,

@@ -22,7 +22,7 @@ from django.template.loader import render_to_string
 
 from jobs import actions
 from jobs.core import doorbell
-from jobs.core.errors import BridgeError, NotFound
+from jobs.core.errors import BridgeError, ErrorCode, NotFound
 from jobs.core.vocabulary import TERMINAL_STATUSES, Status
 from jobs.models import AgentSession, PermissionRequest, Task, TaskCount, TaskEvent, Worker
 from jobs.web import auth
@@ -140,7 +140,9 @@ class BridgeConsumer(AsyncJsonWebsocketConsumer):
             raise
         except Exception:
             log.exception("websocket %s failed", self.scope.get("path"))
-            await self.send_json({"type": "error", "code": "internal_error", "message": "Bridge failed; see its log"})
+            await self.send_json(
+                {"type": "error", "code": ErrorCode.INTERNAL_ERROR, "message": "Bridge failed; see its log"}
+            )
             await self.close(code=1011)
 
     async def disconnect(self, code: int) -> None:
@@ -154,7 +156,7 @@ class BridgeConsumer(AsyncJsonWebsocketConsumer):
     async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
         """These sockets only send: any frame, text, JSON or binary, gets the same answer and the socket stays open."""
         message = "this socket only sends; use the page's forms or REST"
-        await self.send_json({"type": "error", "code": "read_only", "message": message})
+        await self.send_json({"type": "error", "code": ErrorCode.READ_ONLY, "message": message})
 
     async def run_pump(self) -> None:
         raise NotImplementedError
@@ -165,7 +167,8 @@ class NoSuchSocket(BridgeConsumer):
 
     async def open(self) -> None:
         raise NotFound(
-            f"no websocket at {self.scope.get('path')!r}: use /ws/tasks/ or /ws/tasks/<task id>/", code="no_such_socket"
+            f"no websocket at {self.scope.get('path')!r}: use /ws/tasks/ or /ws/tasks/<task id>/",
+            code=ErrorCode.NO_SUCH_SOCKET,
         )
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from jobs.core.errors import InvalidInput
+from jobs.core.errors import ErrorCode, InvalidInput
 from jobs.core.vocabulary import TERMINAL_STATUSES, Status
 
 CREATED = "created"
@@ -72,7 +72,7 @@ def timeout_seconds(timeout_s: int | None, task_timeout_ms: int | None) -> int |
     if timeout_s is not None and timeout_s != from_ms:
         raise InvalidInput(
             f"timeout_s={timeout_s} and taskTimeoutMs={task_timeout_ms} (= {from_ms} s) disagree: give one of them",
-            code="conflicting_timeouts",
+            code=ErrorCode.CONFLICTING_TIMEOUTS,
         )
     return from_ms
 

@@ -24,7 +24,7 @@ from django.db.backends.signals import connection_created
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 
-from jobs.core.errors import BridgeError, DatabaseBusy, is_database_busy
+from jobs.core.errors import BridgeError, DatabaseBusy, ErrorCode, is_database_busy
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,8 @@ connection_created.connect(_web_busy_timeout, dispatch_uid="bridge-web-busy-time
 def internal_error() -> JsonResponse:
     """The 500 for a bug: the caller learns nothing of it but that it happened and was logged."""
     error = BridgeError(
-        "internal error: Bridge failed to answer this request; the details are in its log", code="internal_error"
+        "internal error: Bridge failed to answer this request; the details are in its log",
+        code=ErrorCode.INTERNAL_ERROR,
     )
     return JsonResponse(error.as_dict(), status=500)
 
@@ -132,7 +133,7 @@ def too_large() -> JsonResponse:
     error = BridgeError(
         f"the request body is over the limit of {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE): put long material in a "
         "file in the working directory and name it in the prompt",
-        code="too_large",
+        code=ErrorCode.TOO_LARGE,
         http_status=413,
         max_bytes=limit,
     )
@@ -153,7 +154,7 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
         return too_large()
     if not wants_json(request):
         return defaults.bad_request(request, exception)
-    error = BridgeError(f"the request cannot be read: {exception}", code="bad_request")
+    error = BridgeError(f"the request cannot be read: {exception}", code=ErrorCode.BAD_REQUEST)
     return JsonResponse(error.as_dict(), status=400)
 
 
@@ -161,7 +162,9 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     if not wants_json(request):
         return defaults.page_not_found(request, exception)
     error = BridgeError(
-        f"no such path: {request.path[:200]} (the REST API is described at /v1/docs)", code="not_found", http_status=404
+        f"no such path: {request.path[:200]} (the REST API is described at /v1/docs)",
+        code=ErrorCode.NOT_FOUND,
+        http_status=404,
     )
     return JsonResponse(error.as_dict(), status=404)
 

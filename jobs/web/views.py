@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from jobs import actions
 from jobs.agents import executors, hermes_skills
-from jobs.core.errors import BridgeError, InvalidInput
+from jobs.core.errors import BridgeError, ErrorCode, InvalidInput
 from jobs.core.hints import manage_command
 from jobs.core.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, PermissionMode, Source, Status, choices
 from jobs.models import PermissionRequest, Task, TaskCount, TaskEvent
@@ -127,7 +127,7 @@ def page_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
             return view(request, *args, **kwargs)
         except BridgeError as exc:
             task_id = kwargs.get("task_id")
-            if request.method == "POST" and task_id and exc.code != "no_such_task":
+            if request.method == "POST" and task_id and exc.code != ErrorCode.NO_SUCH_TASK:
                 messages.error(request, exc.message)
                 return redirect("task-page", task_id=task_id)
             context = {"message": exc.message, "code": exc.code}
@@ -152,7 +152,9 @@ def task_stream(request: HttpRequest) -> HttpResponse:
     A sync view like the others: it checks the request on its thread and returns; the stream's coroutine runs on the
     event loop (jobs/web/webserver.py `PooledDjango`), holding no thread while it waits."""
     if request.method != "GET":
-        return JsonResponse({"error": "use GET", "code": "method_not_allowed"}, status=405, headers={"Allow": "GET"})
+        return JsonResponse(
+            {"error": "use GET", "code": ErrorCode.METHOD_NOT_ALLOWED}, status=405, headers={"Allow": "GET"}
+        )
     opened = _open_stream(request)
     if isinstance(opened, HttpResponse):
         return opened

@@ -51,6 +51,7 @@ from twisted.web import http
 from zope.interface import implementer
 
 from jobs import processes
+from jobs.core.errors import ErrorCode
 
 log = logging.getLogger("jobs")
 
@@ -178,25 +179,25 @@ class HttpChannel(http.HTTPChannel):
         if not self.requests:  # no request has begun: this is its first line, the URL
             self.refuse(
                 414,
-                "uri_too_long",
+                ErrorCode.URI_TOO_LONG,
                 f"the request's URL is over {MAX_REQUEST_LINE_BYTES} bytes: send long values in a POST body "
                 "(a task id is 36 characters)",
             )
         else:
-            self.refuse(431, "headers_too_large", f"a request header is over {MAX_REQUEST_LINE_BYTES} bytes")
+            self.refuse(431, ErrorCode.HEADERS_TOO_LARGE, f"a request header is over {MAX_REQUEST_LINE_BYTES} bytes")
 
     def _respondToBadRequestAndDisconnect(self) -> None:
         """Twisted's one answer to every request it cannot parse (it names none of them apart)."""
         self.refuse(
             400,
-            "bad_http_request",
+            ErrorCode.BAD_HTTP_REQUEST,
             "the HTTP request could not be read: a URL must be ASCII (percent-encode other characters, e.g. "
             "curl -G --data-urlencode 'task_id=…'; ids in the README such as 6f1c… are placeholders for the task_id "
             "a create answered with), headers well-formed, and the request line and headers under "
             f"{MAX_REQUEST_HEAD_BYTES} bytes in all",
         )
 
-    def refuse(self, status: int, code: str, message: str) -> None:
+    def refuse(self, status: int, code: ErrorCode, message: str) -> None:
         body = json.dumps({"error": message, "code": code}).encode()
         head = (
             f"HTTP/1.1 {status} {HTTP_REASONS[status].decode()}\r\nContent-Type: application/json\r\n"
