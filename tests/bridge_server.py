@@ -1,7 +1,7 @@
 """Support for the end-to-end tests: a real Bridge (`manage.py runbridge`) in a subprocess, driving the real
 Claude Code CLI against the fake Anthropic server on 127.0.0.1, seen only through REST and SSE.
 
-Not a test module. Used by tests/test_e2e_claude.py.
+Not a test module. Used by the end-to-end, browser and server tests, and the benches.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Shared fixtures: confined work roots, the fake agent and an in-process supervisor (helpers: tests/support.py)."""
+"""Shared fixtures: confined work roots, the fake agent, an in-process supervisor, and the temporary home of
+`manage.py register_claude` (helpers: tests/support.py)."""
 
 import os
 import threading
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests import server_logs
-from tests.support import database_url, fake_agent_script
+from tests.support import TOKEN, database_url, fake_agent_script
 
 
 @pytest.fixture
@@ -61,6 +62,30 @@ def mcp_env(transactional_db, work_root, fake_agent, settings, tmp_path) -> dict
         "HERMES_HOME": str(tmp_path / "hermes-home"),
         "ANTHROPIC_API_KEY": "unused-by-the-fake-agent",  # so jobs/agents/executors.py counts Claude as logged in
     }
+
+
+# --- `manage.py register_claude` on a temporary home (tests/unit/test_register_claude.py and its e2e test) ---------
+
+
+@pytest.fixture
+def data_dir(settings, tmp_path) -> Path:
+    """Each test's own data dir: the address a running Bridge recorded in the real one must not leak in. (The
+    register_claude modules apply it to every test: `pytestmark = pytest.mark.usefixtures("data_dir")`.)"""
+    settings.DATA_DIR = tmp_path / "data"
+    settings.DATA_DIR.mkdir()
+    return settings.DATA_DIR
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def environ() -> dict:
+    return {"PATH": "", "BRIDGE_TOKEN": TOKEN, "DJANGO_SECRET_KEY": "not-for-others"}
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,4 +1,5 @@
-"""Helpers the tests import: skipping what a laptop lacks, making tasks, and waiting on the doorbell."""
+"""Helpers the tests import: skipping what a laptop lacks, making tasks, waiting on the doorbell, and the helpers
+tests at two levels share (unit and integration, or unit and e2e)."""
 
 import contextlib
 import os
@@ -9,16 +10,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from hypothesis import strategies as st
 
 from jobs import actions
 from jobs.core import doorbell
 from jobs.models import Task
 from tests import server_logs
-from tests.e2e import run_manage
+from tests.bridge_server import run_manage
 
 REPO = Path(__file__).resolve().parent.parent
 FAKES = Path(__file__).parent / "fakes"
@@ -295,3 +299,59 @@ ASGI_HTTP_SCOPE = {
     "client": ("127.0.0.1", 50000),
     "server": ("127.0.0.1", 8800),
 }
+
+
+# --- shared by tests at two levels ---------------------------------------------------------------------------------
+
+
+def python_script(path: Path, body: str = "", first_line: str = f"#!{sys.executable}") -> Path:
+    """An executable console-script-like file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{first_line}\n{body}")
+    path.chmod(0o755)
+    return path
+
+
+def sized_prompt(size: int, marker: str) -> str:
+    """A task of exactly `size` bytes (UTF-8, with 2- and 3-byte characters) asking the fake what it received."""
+    head = f"digest\ncmdline\nstdin\n# {marker} "
+    filler = ("é✓x" * (size // 6 + 1)).encode()[: max(0, size - len(head.encode()))].decode(errors="ignore")
+    prompt = head + filler
+    return prompt + "x" * (size - len(prompt.encode()))
+
+
+_LOGIN = {"accessToken": "sk-ant-oat01-fake", "refreshToken": "x", "expiresAt": 9999999999999}
+# Claude Code's credentials files as `claude` then /login leaves them, and as it does not accept them.
+CREDENTIALS = {
+    "a login": {"claudeAiOauth": {**_LOGIN, "scopes": ["user:inference", "user:profile"]}},
+    "a login without the inference scope": {"claudeAiOauth": {**_LOGIN, "scopes": ["user:profile"]}},
+    "a login without scopes": {"claudeAiOauth": _LOGIN},
+    "no login": {"mcpOAuth": {}},
+}
+
+# `manage.py register_claude` (its fixtures `home`, `environ` and `data_dir` are in tests/conftest.py).
+MANAGE_PY = str(REPO / "manage.py")
+TOKEN = "brg_do_not_leak_this_token_value"
+
+
+def register(home: Path, environ: dict, platform: str, *args: str) -> str:
+    out, err = StringIO(), StringIO()
+    call_command("register_claude", *args, home=home, environ=environ, platform=platform, stdout=out, stderr=err)
+    return out.getvalue() + err.getvalue()
+
+
+# Path components for generated paths: letters in both cases (an accented one too), digits, dots and the like; never
+# "." or "..".
+COMPONENT = st.text(st.sampled_from("abcxyzABCXYZéÉ019._- "), min_size=1, max_size=6).filter(
+    lambda c: c.strip(".") != ""
+)
+COMPONENTS = st.lists(COMPONENT, min_size=1, max_size=6)
+
+
+def posix(components: list[str]) -> str:
+    return "/" + "/".join(components)
+
+
+def recased(text: str, flips: list[bool]) -> str:
+    """`text` with some letters' case swapped: the same name to a file system that ignores case."""
+    return "".join(c.swapcase() if flip else c for c, flip in zip(text, flips + [False] * len(text), strict=False))

@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.bench.run import SHIPPED, fake_agent  # noqa: E402
 from tests.bench.table import Row, emit  # noqa: E402
-from tests.e2e import BridgeServer  # noqa: E402
+from tests.bridge_server import BridgeServer  # noqa: E402
 
 CONNECT_S = 60.0  # for the client processes to start (a fresh interpreter each) and connect
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.bench.run import SHIPPED, fake_agent  # noqa: E402
 from tests.bench.table import Row, emit, ms, p50  # noqa: E402
-from tests.e2e import BridgeServer  # noqa: E402
+from tests.bridge_server import BridgeServer  # noqa: E402
 
 SAMPLE_S = 10.0
 

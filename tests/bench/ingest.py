@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.bench.run import SHIPPED  # noqa: E402
 from tests.bench.table import Row, emit  # noqa: E402
-from tests.e2e import BridgeServer  # noqa: E402
+from tests.bridge_server import BridgeServer  # noqa: E402
 
 BATCH = 500
 LINE_BYTES = 100

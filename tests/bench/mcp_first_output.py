@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.bench.table import Row, emit  # noqa: E402
-from tests.e2e import BridgeServer  # noqa: E402
+from tests.bridge_server import BridgeServer  # noqa: E402
 from tests.fakes.hermes_env import (  # noqa: E402
     DEFAULT_HERMES_BIN,
     PROXY_VARS,

@@ -1,14 +1,14 @@
 """Benchmark (`make bench`; not collected by pytest): a real Claude Code task with one tool, through Bridge against
 the same CLI run directly (issue 12's first row).
 
-The pinned CLI (.tools, tests/e2e.py `claude_bin()`) talks only to the scripted fake Anthropic server on 127.0.0.1,
+The pinned CLI (.tools, bridge_server.py `claude_bin()`) talks only to the scripted fake Anthropic server on 127.0.0.1,
 in the offline environment of tests/fakes/claude_env.py: nothing leaves the machine. Each run the model asks for one
 Bash call (`touch`), then answers. Runs are interleaved: direct, Bridge (approve), direct, Bridge (bypass), …
 
 - direct: the CLI started with Bridge's argv (stream-json in and out, `--permission-prompt-tool stdio`, partial
   messages), the prompt written on stdin, its one `can_use_tool` control request allowed at once over the control
   protocol, stdin closed after its `result`; from just before the spawn to its exit.
-- Bridge: a real `manage.py runbridge` (tests/e2e.py BridgeServer, shipped poll settings); from just before the
+- Bridge: a real `manage.py runbridge` (bridge_server.py BridgeServer, shipped poll settings); from just before the
   create POST to the SSE `end` (the task is done). In approve mode the client allows the request by POST as soon as
   the SSE stream shows it; in bypass mode Bridge allows it itself.
 
@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.bench.run import SHIPPED, event_time  # noqa: E402
 from tests.bench.table import Row, emit, p50  # noqa: E402
-from tests.e2e import BridgeServer, claude_bin  # noqa: E402
+from tests.bridge_server import BridgeServer, claude_bin  # noqa: E402
 from tests.fakes.anthropic_server import FakeAnthropic, text, tool_use  # noqa: E402
 from tests.fakes.claude_env import offline_env  # noqa: E402
 

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.bench.table import Row, emit, ms, p50, percentile  # noqa: E402
-from tests.e2e import BridgeServer  # noqa: E402
+from tests.bridge_server import BridgeServer  # noqa: E402
 
 LATE_S = 0.25
 # Measure the shipped settings (the tests' servers change these).

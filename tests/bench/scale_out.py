@@ -114,7 +114,7 @@ def throughput(bridge: Bridge, tasks: int) -> tuple[float, list[float]]:
 def round_trips(bridge: Bridge, asks: int) -> list[float]:
     """Seconds from the agent's ask to its receiving the answer, for `asks` asks in one task (the first is dropped:
     it pays for the stream's start)."""
-    from tests.e2e import sse_events
+    from tests.bridge_server import sse_events
 
     task_id = bridge.create(ASK * (asks + 1) + "say done")
     answered: set[str] = set()

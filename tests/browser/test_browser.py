@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from tests import e2e
-from tests.e2e import BridgeServer
+from tests import bridge_server
+from tests.bridge_server import BridgeServer
 from tests.fakes.anthropic_server import FakeAnthropic, error, text, tool_use
 from tests.support import FAKES, skip_or_fail
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # A stand-in for `hermes acp` that replays a recorded ACP transcript (tests/fixtures/hermes/, named by the file
 # `.replay` in its working directory): it waits for each line Bridge sends where Hermes did, and answers with what
 # Hermes answered, so the real supervisor and ACP runner drive it, and a permission waits for the page's answer.
@@ -41,7 +41,7 @@ sys.stdin.read()
 """
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).parent / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -499,7 +499,7 @@ def test_the_dashboard_counts_cancelled_tasks_live(context, bridge):
 
 @pytest.fixture(scope="module")
 def real_bridge(tmp_path_factory):
-    claude = e2e.claude_bin()
+    claude = bridge_server.claude_bin()
     retry_once = {"CLAUDE_CODE_MAX_RETRIES": "1"}  # so an overloaded API shows up as one api_retry event
     root = tmp_path_factory.mktemp("real")
     with FakeAnthropic() as fake, BridgeServer(root, fake.url, claude, retry_once) as server:
@@ -524,7 +524,7 @@ def real_context(playwright_api, real_bridge, tmp_path_factory):
 def script(real_bridge):
     """This test's replies, on a server a failed earlier test may have left replies on. Printed after the test, so
     shown only when it fails: when the CLI asked the scripted server what, and the server's log."""
-    script = e2e.Script(real_bridge.fake)
+    script = bridge_server.Script(real_bridge.fake)
     started = time.monotonic()
     yield script
     log = real_bridge.fake.log

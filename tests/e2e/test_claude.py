@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import e2e
-from tests.e2e import BridgeServer, Script, data_events
+from tests import bridge_server
+from tests.bridge_server import BridgeServer, Script, data_events
 from tests.fakes.anthropic_server import FakeAnthropic, error, text, tool_use
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def claude() -> str:
-    return e2e.claude_bin()
+    return bridge_server.claude_bin()
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests import e2e
-from tests.e2e import BridgeServer, Script
+from tests import bridge_server
+from tests.bridge_server import BridgeServer, Script
 from tests.fakes.anthropic_server import FakeAnthropic, text, tool_use
 
 pytestmark = pytest.mark.e2e
@@ -118,7 +118,7 @@ def fake():
 
 @pytest.fixture(scope="module")
 def bridge(tmp_path_factory, fake):
-    with BridgeServer(tmp_path_factory.mktemp("hbridge"), fake.url, e2e.claude_bin()) as server:
+    with BridgeServer(tmp_path_factory.mktemp("hbridge"), fake.url, bridge_server.claude_bin()) as server:
         yield server
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e import BridgeServer, Script, data_events
+from tests.bridge_server import BridgeServer, Script, data_events
 from tests.fakes.hermes_env import DEFAULT_HERMES_BIN, PROXY_VARS, RecordingProxy, offline_env, write_hermes_home
 from tests.fakes.openai_server import FakeOpenAI, error, text, tool_call
 from tests.support import skip_or_fail

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.e2e import REPO, BridgeServer, Script
+from tests.bridge_server import REPO, BridgeServer, Script
 from tests.fakes.hermes_env import (
     DEFAULT_HERMES_BIN,
     PROXY_VARS,

@@ -3,7 +3,7 @@
     .venv/bin/python -m tests.fakes.record_hermes [--hermes PATH] [--out DIR]
 
 Offline: HERMES_HOME from tests/fakes/hermes_env.py, and the run fails if the recording proxy saw any request.
-Session ids and timings differ on every run, so tests/test_runner_hermes.py reads ids from the fixtures themselves.
+Session ids and timings differ on every run, so tests/unit/test_runner_hermes.py reads ids from the fixtures themselves.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from django.conf import settings
 
 from jobs.web.watching import STREAM_READ_THREADS
 from jobs.web.webserver import FlowControlledServer
-from tests.e2e import BridgeServer
+from tests.bridge_server import BridgeServer
 from tests.support import fake_agent_script, wait_until
 
 LINES, LINE_BYTES = 12_000, 1_000  # a 12 MB transcript

@@ -6,6 +6,8 @@ file again on PostgreSQL, where the races are real (several connections writing 
 """
 
 import asyncio
+import copy
+import dataclasses
 import json
 import os
 import queue
@@ -14,20 +16,27 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
 import pytest
 from django.contrib.sessions.middleware import SessionMiddleware
-from django.db import OperationalError, connection
+from django.db import OperationalError, connection, transaction
 from django.test import AsyncClient, Client
 from django.utils import timezone
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from jobs import actions
+from jobs.actions import permissions, runs
 from jobs.actions.workers import serves
-from jobs.core.vocabulary import Status
-from jobs.models import AgentSession, Task, Worker
-from tests.support import REPO, WebProcess, database_url, postgres_or_skip, rerun_on_postgres
+from jobs.core.errors import Conflict
+from jobs.core.vocabulary import Agent, DecidedVia, PermissionStatus, Status
+from jobs.mcp import replies
+from jobs.models import AgentSession, PermissionRequest, Task, Worker
+from tests.support import REPO, WebProcess, database_url, make_task, postgres_or_skip, rerun_on_postgres
 
 RACERS = 8
 ROUNDS = 20
@@ -478,6 +487,225 @@ def test_a_web_request_waits_briefly_for_sqlites_write_lock(settings, work_root)
     assert_busy_answer(response, settings)
     assert took < 5, f"answered after {took:.1f} s"
     assert not Task.objects.exists(), "nothing was done"
+
+
+# --- races a single SQLite writer hides: dedupe, decisions, claims -------------------------------------------------
+
+JOB_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=200).filter(str.strip)
+
+
+@st.composite
+def identical_jobs(draw, cwds: list[str], target: str) -> actions.TaskSpec:
+    """One job as a planner may send it: any agent, prompt, cwd, permission mode, options and target (this one or
+    none)."""
+    agent = draw(st.sampled_from(list(Agent)))
+    names = st.lists(st.sampled_from(["Read", "Bash", "Edit", "web", "code"]), max_size=3)
+    options = {
+        "model": draw(st.none() | st.sampled_from(["sonnet", "opus", "hermes-4"])),
+        "max_turns": draw(st.none() | st.integers(1, 50)),
+        ("allowed_tools" if agent == Agent.CLAUDE else "skills"): draw(st.none() | names),
+    }
+    return actions.TaskSpec(
+        prompt=draw(JOB_TEXT),
+        cwd=draw(st.sampled_from(cwds)),
+        agent=agent,
+        permission_mode=draw(st.sampled_from(["approve", "bypass"])),
+        skip_permissions=draw(st.booleans()),
+        options=options,
+        target=draw(st.sampled_from(["", target])),
+    )
+
+
+@hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_an_identical_job_sent_while_its_twin_runs_joins_the_running_task(db, work_root, data):
+    """create_or_join_task (README, `hermes_run`: "an identical one already running in the same cwd is joined, and
+    the reply says so"; docs/architecture.md, "Database": one queued-or-running task per dedupe key): a planner that
+    re-sends a job it lost track of while a supervisor already runs it gets that running task, not a second run and
+    not an error. Every other dedupe test joined a queued twin; here the twin has been claimed first. Each example is
+    rolled back, so generated jobs never meet another example's."""
+    (work_root / "sub" / "dir").mkdir(parents=True, exist_ok=True)
+    with transaction.atomic():
+        worker = actions.register_worker(1, name="twin-runner", labels=[])
+        spec = data.draw(identical_jobs([str(work_root), str(work_root / "sub" / "dir")], worker.name), label="job")
+        first, created = actions.create_or_join_task(spec)
+        assert created and first.dedupe_key
+        running = actions.claim_next_task(worker)
+        assert running is not None and running.pk == first.pk and running.status == Status.RUNNING
+        joined, created = actions.create_or_join_task(dataclasses.replace(spec))  # the same job, sent again
+        assert (joined.pk, created) == (first.pk, False), "the running twin is joined"
+        assert (joined.status, joined.worker_id) == (Status.RUNNING, worker.pk)
+        assert Task.objects.filter(dedupe_key=first.dedupe_key).count() == 1, "no second task was made"
+        events = [(e.kind, e.data.get("status")) for e in actions.events_since(first)]
+        assert events == [("status", Status.QUEUED), ("status", Status.RUNNING)], "joining wrote nothing"
+        assert "already running" in replies.joined_existing(joined)
+        transaction.set_rollback(True)
+
+
+DECIDERS = st.lists(
+    st.tuples(st.sampled_from(["allow", "deny"]), st.sampled_from([DecidedVia.API, DecidedVia.WEB, DecidedVia.MCP])),
+    min_size=2,
+    max_size=4,
+)
+
+
+def decide_at_once(task: Task, request_id: str, deciders: list[tuple[str, str]]) -> list[object]:
+    """Each (behavior, via) answers `request_id` on a thread (and database connection) of its own, all let go at
+    once by a barrier; returns what each got: the decided request, or the exception it raised."""
+    barrier = threading.Barrier(len(deciders), timeout=10)
+    outcomes: list[object] = [None] * len(deciders)
+
+    def decide(i: int, behavior: str, via: str) -> None:
+        try:
+            mine = Task.objects.get(pk=task.pk)
+            barrier.wait()
+            outcomes[i] = actions.decide_permission(
+                mine, behavior=behavior, request_id=request_id, by=f"decider-{i}", via=via
+            )
+        except Exception as exc:  # noqa: BLE001 - the test looks at what each decider got
+            outcomes[i] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=decide, args=(i, *d)) for i, d in enumerate(deciders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads), "a decider never returned"
+    return outcomes
+
+
+@pytest.mark.parametrize("reads", ["live", "stale"])
+@hypothesis_settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(deciders=DECIDERS)
+def test_of_deciders_answering_one_request_at_once_exactly_one_wins(
+    transactional_db, work_root, monkeypatch, reads, deciders
+):
+    """decide_permission ("Exactly one answer ever wins"; docs/architecture.md: a second answer is refused as
+    already_decided, so a retry is safe): deciders let go at once on one pending request (threads, each with its own
+    connection): one wins, every other gets Conflict already_decided, one permission_decision event is recorded, and
+    the stored answer, the event and the one answer to pass on to the agent are the winner's.
+
+    `live`: the code as it runs. SQLite's IMMEDIATE transactions make the deciders take turns there, so the read that
+    finds the request already answered refuses the losers. `stale`: each decider acts on the request as it read it
+    before any answer (what happens on PostgreSQL, where reads do not wait for a writer), so only the conditional
+    UPDATE stands between them, on every database."""
+    task = make_task("ask me something")
+    assert actions.claim_next_task(actions.register_worker(1)).pk == task.pk
+    perm = actions.record_permission_request(task, request_id="toolu_1", tool_name="Bash", tool_input={"command": "ls"})
+    if reads == "stale":
+        monkeypatch.setattr(permissions, "request_to_decide", lambda task, request_id: copy.copy(perm))
+    outcomes = decide_at_once(task, "toolu_1", deciders)
+    won = [i for i, got in enumerate(outcomes) if isinstance(got, PermissionRequest)]
+    assert len(won) == 1, f"{len(won)} deciders won: {outcomes}"
+    lost = [got for got in outcomes if not isinstance(got, PermissionRequest)]
+    assert all(isinstance(got, Conflict) and got.code == "already_decided" for got in lost), outcomes
+    if reads == "stale":  # refused by the conditional UPDATE, not by a read that saw the answer
+        assert all("answered meanwhile" in got.message for got in lost), outcomes
+    [winner] = won
+    behavior, via = deciders[winner]
+    answer = PermissionStatus.ALLOWED if behavior == "allow" else PermissionStatus.DENIED
+    stored = PermissionRequest.objects.get(pk=perm.pk)
+    assert (stored.status, stored.decided_by, stored.decided_via) == (answer, f"decider-{winner}", via)
+    decisions = [e.data for e in actions.events_since(task) if e.kind == "permission_decision"]
+    assert [(d["status"], d["decided_by"], d["decided_via"]) for d in decisions] == [
+        (answer, f"decider-{winner}", via)
+    ], "one decision event, the winner's"
+    assert [p.pk for p in actions.undelivered_decisions(task)] == [perm.pk], "one answer for the agent"
+
+
+def running_claims(task: Task) -> list[str]:
+    """The supervisors named by the task's status events that say it started running: one per claim."""
+    return [
+        e.data["worker"] for e in actions.events_since(task) if e.kind == "status" and e.data["status"] == "running"
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "then", [Status.RUNNING, Status.DONE, Status.FAILED, Status.CANCELLED, Status.TIMEOUT, Status.ORPHANED]
+)
+def test_a_task_one_supervisor_claimed_is_never_taken_by_another(work_root, monkeypatch, then):
+    """The claim's conditional UPDATE (runs._take: `WHERE pk = … AND status = 'queued'`; docs/architecture.md, "Task
+    status": exactly one writer wins, a terminal status never changes): supervisor B, which read the task as queued
+    before A's claim (a stale read), cannot take it, whether A still runs it or it has ended since. The row keeps A,
+    its status and start time, and one claim is recorded. B's claim through claim_next_task, given the same stale
+    read, takes nothing and records nothing."""
+    sup_a = actions.register_worker(1, name="sup-a", labels=[])
+    sup_b = actions.register_worker(1, name="sup-b", labels=[])
+    task = make_task("claimed once", cwd=str(work_root))
+    assert actions.claim_next_task(sup_a).pk == task.pk
+    if then == Status.ORPHANED:
+        actions.mark_orphaned(task, "its supervisor died")
+    elif then != Status.RUNNING:
+        actions.finish_task(task, status=then)
+    before = Task.objects.get(pk=task.pk)
+    assert before.status == then
+    assert runs._take(task.pk, sup_b) is False, "B took a task A had claimed"
+    monkeypatch.setattr(runs, "_queued_for", lambda worker: [(task.pk, task.cwd, task.target)])
+    assert actions.claim_next_task(sup_b) is None
+    after = Task.objects.get(pk=task.pk)
+    assert (after.status, after.worker_id, after.started_at) == (then, sup_a.pk, before.started_at)
+    assert running_claims(task) == ["sup-a"]
+
+
+@pytest.mark.parametrize("reads", ["live", "stale"])
+@hypothesis_settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), claimers=st.integers(2, 5), queued=st.integers(1, 12))
+def test_concurrent_claimers_take_each_queued_task_exactly_once(
+    transactional_db, work_root, monkeypatch, reads, data, claimers, queued
+):
+    """claim_next_task ("several supervisors never take one task"): N supervisors claiming at once (threads, each
+    with its own connection, let go by a barrier) over M queued tasks take every task, each exactly once, and each
+    task's row and its one claim event name the supervisor that got it.
+
+    `live`: the claim as it runs (on SQLite the claimers take turns; on PostgreSQL they race, under SKIP LOCKED).
+    `stale`: every claimer works from the queue as it was before anyone claimed, in an order of its own, so each tries
+    every task and only the claim's conditional UPDATE decides who takes it."""
+    workers = [actions.register_worker(1) for _ in range(claimers)]
+    tasks = [make_task(f"claim me {i}", cwd=str(work_root)) for i in range(queued)]
+    if reads == "stale":
+        seen = [(t.pk, t.cwd, t.target) for t in tasks]
+        views = {w.pk: data.draw(st.permutations(seen), label=f"queue as {w.name} read it") for w in workers}
+        monkeypatch.setattr(runs, "_queued_for", lambda worker: [views[worker.pk].pop()] if views[worker.pk] else [])
+    barrier = threading.Barrier(claimers, timeout=10)
+    claims: list[tuple[int, str]] = []
+    misses: list[str] = []
+    errors: list[BaseException] = []
+
+    def claim(worker: Worker) -> None:
+        try:
+            barrier.wait()
+            for _ in range(queued if reads == "stale" else queued + 1):
+                task = actions.claim_next_task(worker)
+                if task is not None:
+                    claims.append((task.pk, worker.name))
+                    continue
+                misses.append(worker.name)
+                if reads == "live":
+                    return
+        except BaseException as exc:  # noqa: BLE001 - reported below, with the claims made
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claim, args=(w,)) for w in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads), "a claimer never returned"
+    assert not errors, errors
+    taken = Counter(pk for pk, _ in claims)
+    assert sorted(taken) == sorted(t.pk for t in tasks) and set(taken.values()) == {1}, f"claims per task: {taken}"
+    if reads == "stale":  # every claimer tried every task: all but one try at each lost to the conditional UPDATE
+        assert len(misses) == (claimers - 1) * queued, (len(misses), claimers, queued)
+    by = dict(claims)
+    for task in tasks:
+        row = Task.objects.select_related("worker").get(pk=task.pk)
+        assert (row.status, row.worker.name) == (Status.RUNNING, by[task.pk])
+        assert running_claims(task) == [by[task.pk]]
 
 
 def test_the_races_on_postgresql():

@@ -50,7 +50,7 @@ from tests.support import (
     wait_until,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LOST = "server closed the connection unexpectedly"
 POSTGRES_URL = os.environ.get("BRIDGE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/bridge_db_faults")
 

@@ -30,7 +30,7 @@ from jobs.agents import hermes_skills
 from jobs.core.vocabulary import Status
 from jobs.mcp import full_log, reads
 from jobs.models import Task, TaskEvent, Worker
-from tests.e2e import BridgeServer
+from tests.bridge_server import BridgeServer
 from tests.support import FAKES, REPO, TOOLS, has_event, make_task, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

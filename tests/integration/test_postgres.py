@@ -7,10 +7,10 @@ def test_supervisor_and_api_suites_pass_on_postgres():
     # The process backends do not depend on the database: SQLite's run covers both, this one the posix one.
     run = rerun_on_postgres(
         postgres_or_skip(),
-        "tests/test_supervisor.py",
-        "tests/test_api.py",
-        "tests/test_rows.py",
-        "tests/test_task_counts.py",
+        "tests/integration/test_supervisor.py",
+        "tests/integration/test_api.py",
+        "tests/integration/test_rows.py",
+        "tests/integration/test_task_counts.py",
         "-k",
         "not portable",
         timeout=600,

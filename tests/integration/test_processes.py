@@ -37,7 +37,7 @@ from jobs.processes.windows import (
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "killpg"), reason="the process trees here use POSIX signals")
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LINUX = sys.platform.startswith("linux")
 WAIT_S = 10
 

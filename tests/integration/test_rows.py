@@ -1,7 +1,7 @@
 """jobs.actions.rows reads back exactly what the ORM reads, whatever a row holds, and filters and sorts as the ORM does.
 
 Rows are generated from each model's own fields (every type Bridge stores: text of any script, JSON, dates with
-microseconds, floats, 64-bit counts, UUIDs, nulls). Also rerun on PostgreSQL by tests/test_postgres.py.
+microseconds, floats, 64-bit counts, UUIDs, nulls). Also rerun on PostgreSQL by tests/integration/test_postgres.py.
 """
 
 from datetime import UTC, datetime

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.management.commands import runbridge
-from tests.e2e import REPO, BridgeServer
+from tests.bridge_server import REPO, BridgeServer
 from tests.support import wait_until
 
 

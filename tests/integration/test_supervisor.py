@@ -25,7 +25,7 @@ from jobs.supervision.supervisor import TaskRun
 from tests.support import database_url, has_event, make_task, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True, params=["posix", "portable"])

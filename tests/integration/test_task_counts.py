@@ -1,6 +1,6 @@
 """The count of tasks per status (`TaskCount`, kept by triggers) always equals the tasks counted, whatever changes them:
 the ORM one row or many at a time, raw SQL, deletes, several connections at once, and a database migrated with tasks
-already in it. Also rerun on PostgreSQL by tests/test_postgres.py.
+already in it. Also rerun on PostgreSQL by tests/integration/test_postgres.py.
 """
 
 import random

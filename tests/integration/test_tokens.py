@@ -1,18 +1,25 @@
 """API tokens: a revoked token's name can be used again, and every kind of failed authentication says which it was
 and what to do, with commands that work as printed."""
 
+import base64
 import os
 import shlex
+import string
 import subprocess
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from jobs import actions
+from jobs.actions.tokens import PREFIX_LEN, TOKEN_PREFIX, could_be_token
 from jobs.core.errors import Conflict, InvalidInput
 from jobs.core.hints import manage_command
 from jobs.models import ApiToken
+from jobs.web.auth import identify, verify_token
 from tests.support import database_url
 
 pytestmark = pytest.mark.django_db
@@ -82,3 +89,50 @@ def test_the_commands_in_the_messages_work_as_printed(settings, tmp_path):
     env = {**os.environ, "DATABASE_URL": database_url(settings.DATABASES["default"]), "BRIDGE_DATA_DIR": str(tmp_path)}
     run = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
+
+
+URLSAFE = string.ascii_letters + string.digits + "-_"  # what follows brg_ in a token (secrets.token_urlsafe)
+LOOKUP_CHARS = PREFIX_LEN - len(TOKEN_PREFIX)  # the characters after brg_ that are stored to find a token's row
+
+
+@pytest.fixture
+def real_token() -> str:
+    return actions.create_token("real")[1]
+
+
+def wrong_rests(real_rest: str) -> st.SearchStrategy[str]:
+    """What may follow a real token's lookup prefix without being the rest of that token: its rest with one character
+    changed, cut short or lengthened, or any other rest of a token's shape (16 to 64 characters after brg_)."""
+    fewest, most = 16 - LOOKUP_CHARS, 64 - LOOKUP_CHARS
+    one_changed = st.tuples(st.integers(0, len(real_rest) - 1), st.sampled_from(URLSAFE)).map(
+        lambda change: real_rest[: change[0]] + change[1] + real_rest[change[0] + 1 :]
+    )
+    cut_short = st.integers(fewest, len(real_rest) - 1).map(lambda n: real_rest[:n])
+    lengthened = st.text(URLSAFE, min_size=1, max_size=most - len(real_rest)).map(lambda more: real_rest + more)
+    anything = st.text(URLSAFE, min_size=fewest, max_size=most)
+    return st.one_of(one_changed, cut_short, lengthened, anything).filter(lambda rest: rest != real_rest)
+
+
+@hypothesis_settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_token_with_a_real_tokens_lookup_prefix_but_a_wrong_rest_is_refused(real_token, data):
+    """Principle 6, tokens compared in constant time (jobs/web/auth.py `verify_token`): the stored lookup prefix only
+    finds the rows to compare with, and the hash of the whole token decides. A wrong token whose prefix no row has is
+    refused before any hash is compared, so only one that shares a real token's prefix tests the comparison: near
+    misses of a real token and any other rest, refused by `verify_token`, by `identify` (Bearer and Basic) and by a
+    REST request (401 no_such_token), and never marked as used. The real token is let in each time, so the prefix's
+    row was there to compare with."""
+    wrong = real_token[:PREFIX_LEN] + data.draw(wrong_rests(real_token[PREFIX_LEN:]), label="rest")
+    assert could_be_token(wrong), "a token's shape: it gets past the shape check to the prefix lookup"
+    assert ApiToken.objects.filter(prefix=wrong[:PREFIX_LEN], revoked_at=None).count() == 1, "the lookup finds a row"
+    used_before = ApiToken.objects.get(name="real").last_used_at
+    assert verify_token(wrong) is None
+    basic = base64.b64encode(f"hermes:{wrong}".encode()).decode()
+    for header in (f"Bearer {wrong}", f"Basic {basic}"):
+        assert identify(header) is None, header
+        response = Client().get("/v1/tasks", headers={"Authorization": header})
+        assert response.status_code == 401, (header, response.content)
+        assert (response.json()["code"], response.json()["reason"]) == ("unauthenticated", "no_such_token")
+    assert ApiToken.objects.get(name="real").last_used_at == used_before, "a refused token is not marked as used"
+    assert identify(f"Bearer {real_token}") == "token:real"
+    assert get_tasks(real_token).status_code == 200

@@ -1,8 +1,8 @@
-"""jobs/agents/executors.py: whether each executor can run, told before a task fails, without starting an agent."""
+"""jobs/agents/executors.py: whether each executor can run, told before a task fails, without starting an agent.
+Its verdicts checked against the real Claude Code CLI are in tests/e2e/test_executors_real.py."""
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -13,22 +13,12 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from jobs.agents import executors
-from tests.e2e import claude_bin
 from tests.fakes.hermes_env import DEFAULT_HERMES_BIN, installed_version, write_hermes_home
+from tests.support import CREDENTIALS
 
 LOGIN_VARS = [name for name, _ in executors.CLAUDE_ENV_LOGINS]
 # ANTHROPIC_BASE_URL is no account of its own: the real CLI says "Not logged in" with only that set.
 OTHER_VARS = ["LANG", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL", "CLAUDE_CODE_ENTRYPOINT", "DISABLE_TELEMETRY"]
-
-
-LOGIN = {"accessToken": "sk-ant-oat01-fake", "refreshToken": "x", "expiresAt": 9999999999999}
-# Credentials files as `claude` then /login leaves them, and as it does not accept them.
-CREDENTIALS = {
-    "a login": {"claudeAiOauth": {**LOGIN, "scopes": ["user:inference", "user:profile"]}},
-    "a login without the inference scope": {"claudeAiOauth": {**LOGIN, "scopes": ["user:profile"]}},
-    "a login without scopes": {"claudeAiOauth": LOGIN},
-    "no login": {"mcpOAuth": {}},
-}
 
 
 def executable(directory: Path, name: str, body: str) -> Path:
@@ -180,48 +170,6 @@ def test_the_open_health_shape_names_no_path(tmp_path, counted_claude):
     assert public == {"agent": "claude", "found": True, "version": "9.9.9 (Claude Code)", "ready": "no", "problems": 1}
     assert str(tmp_path) not in repr(public)
     assert status.as_dict()["problems"][0]["fix"]
-
-
-@pytest.mark.e2e
-def test_the_real_claude_cli(settings, tmp_path):
-    settings.BRIDGE_CLAUDE_BIN = claude_bin()
-    environ = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "ANTHROPIC_API_KEY": "sk-ant-fake"}
-
-    status = executors.claude_status(environ)
-
-    assert status.ready == executors.YES, status
-    assert status.version and status.version[0].isdigit() and "Claude Code" in status.version
-
-
-@pytest.mark.e2e
-@pytest.mark.parametrize(
-    "account",
-    ["nothing", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", *CREDENTIALS],
-)
-def test_the_login_verdict_agrees_with_the_real_cli(account, settings, tmp_path):
-    """The real CLI, pointed at a closed local port: it says "Not logged in" exactly when the verdict is "no"."""
-    settings.BRIDGE_CLAUDE_BIN = claude_bin()
-    environ = {
-        "HOME": str(tmp_path),
-        "PATH": os.environ.get("PATH", ""),
-        "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",  # nothing listens: a logged-in CLI fails to connect instead
-        "HTTPS_PROXY": "http://127.0.0.1:9",
-        "DISABLE_AUTOUPDATER": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "CLAUDE_CODE_MAX_RETRIES": "0",
-    }
-    if account in CREDENTIALS:
-        (tmp_path / ".claude").mkdir()
-        (tmp_path / ".claude" / ".credentials.json").write_text(json.dumps(CREDENTIALS[account]))
-    elif account != "nothing":
-        environ[account] = "sk-ant-fake"
-
-    ready, words = executors.claude_login(environ, "linux")
-    cli = subprocess.run(
-        [settings.BRIDGE_CLAUDE_BIN, "-p", "hi"], env=environ, capture_output=True, text=True, timeout=120
-    )
-
-    assert ("Not logged in" in cli.stdout + cli.stderr) == (ready == executors.NO), (words, cli.stdout, cli.stderr)
 
 
 # --- Hermes Agent -----------------------------------------------------------------------------------------------

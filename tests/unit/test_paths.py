@@ -1,5 +1,6 @@
 """Confinement by each platform's path rules: Windows drive letters and case, and folders a file system names in
-more than one way."""
+more than one way. The claim query's prefilter of the same rule, on the database, is in
+tests/integration/test_claim_paths.py."""
 
 import os
 import stat
@@ -10,12 +11,11 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pytest
 from hypothesis import given
-from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from jobs.core import paths
 from jobs.core.paths import is_inside, within
-from tests.support import REPO
+from tests.support import COMPONENT, COMPONENTS, REPO, posix, recased
 
 WINDOWS_CASES = [
     ("C:/Users/Me/Work/project", "c:/users/me/work", True),
@@ -63,20 +63,6 @@ def test_on_macos_a_match_in_another_case_must_be_one_folder_where_both_exist(tm
 
 PLATFORMS = ["linux", "darwin", "win32"]
 FOLDS = {"linux": False, "darwin": True, "win32": True}
-# Path components: letters in both cases (an accented one too), digits, dots and the like; never "." or "..".
-COMPONENT = st.text(st.sampled_from("abcxyzABCXYZéÉ019._- "), min_size=1, max_size=6).filter(
-    lambda c: c.strip(".") != ""
-)
-COMPONENTS = st.lists(COMPONENT, min_size=1, max_size=6)
-
-
-def posix(components: list[str]) -> str:
-    return "/" + "/".join(components)
-
-
-def recased(text: str, flips: list[bool]) -> str:
-    """`text` with some letters' case swapped: the same name to a file system that ignores case."""
-    return "".join(c.swapcase() if flip else c for c, flip in zip(text, flips + [False] * len(text), strict=False))
 
 
 @given(COMPONENTS, st.integers(0, 6), st.sampled_from(PLATFORMS))
@@ -130,41 +116,6 @@ def test_windows_paths_ignore_case_and_slash_direction_wherever_they_are_compare
     assert within(mixed, root, platform)
     other_drive = {"c": "D", "d": "C"}[drive.lower()]
     assert not within(other_drive + mixed[1:], root, platform)
-
-
-@pytest.mark.django_db
-def test_the_claim_query_never_leaves_out_a_task_the_supervisor_serves():
-    """`servable_by` (the claim's query, on this run's database) selects every queued task `serves` accepts, for
-    roots in either form and cwds named in any case: it is a prefilter of the one rule, never narrower."""
-    from django.db import transaction
-
-    from jobs.actions.workers import servable_by, serves
-    from jobs.models import Task, Worker
-
-    @given(
-        st.lists(COMPONENTS, min_size=1, max_size=3),
-        st.lists(st.tuples(st.integers(0, 2), COMPONENTS, st.lists(st.booleans(), max_size=40)), max_size=6),
-        st.booleans(),
-    )
-    @hypothesis_settings(max_examples=60, deadline=None)
-    def check(roots, tasks, windows):
-        text = [windows_root(components) if windows else posix(components) for components in roots]
-        worker = Worker(name="w", host="h", roots=text, labels=[])
-        with transaction.atomic():
-            for which, below, flips in tasks:
-                root = text[which % len(text)]
-                cwd = root + ("\\" if windows else "/") + ("\\" if windows else "/").join(below)
-                Task.objects.create(prompt="p", cwd=recased(cwd, flips))
-            served = {t.pk for t in Task.objects.all() if serves(worker, t.cwd, "")}
-            selected = set(Task.objects.filter(servable_by(worker)).values_list("pk", flat=True))
-            assert served <= selected
-            transaction.set_rollback(True)
-
-    check()
-
-
-def windows_root(components: list[str]) -> str:
-    return "C:\\" + "\\".join(components)
 
 
 def test_one_folder_under_two_names_is_inside_by_identity(tmp_path):

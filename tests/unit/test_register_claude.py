@@ -1,4 +1,5 @@
-"""`manage.py register_claude` on temporary homes: Linux, macOS and Windows layouts, merging, refusing, --print."""
+"""`manage.py register_claude` on temporary homes: Linux, macOS and Windows layouts, merging, refusing, --print.
+The printed `claude mcp add` line, run by the real Claude Code CLI, is in tests/e2e/test_register_claude_real.py."""
 
 import json
 import os
@@ -6,23 +7,20 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from io import StringIO
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pytest
 from django.conf import settings
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from jobs.agents import executors
 from jobs.integrations import tool_configs
-from tests.e2e import claude_bin
+from tests.support import MANAGE_PY, TOKEN, register
 
-MANAGE_PY = str(Path(settings.BASE_DIR) / "manage.py")
 STATUSLINE_PY = str(Path(settings.BASE_DIR) / "jobs" / "statusline.py")
-TOKEN = "brg_do_not_leak_this_token_value"
 BRIDGE_STATUS_LINE = {
     "type": "command",
     "command": shlex.join([sys.executable, "-S", "-I", STATUSLINE_PY, "--url", "http://127.0.0.1:8800"]),
@@ -30,11 +28,8 @@ BRIDGE_STATUS_LINE = {
 }
 OTHER_STATUS_LINE = {"type": "command", "command": "~/.claude/statusline.sh", "padding": 2}
 
-
-def register(home: Path, environ: dict, platform: str, *args: str) -> str:
-    out, err = StringIO(), StringIO()
-    call_command("register_claude", *args, home=home, environ=environ, platform=platform, stdout=out, stderr=err)
-    return out.getvalue() + err.getvalue()
+# Each test's own data dir (tests/conftest.py): the address a running Bridge recorded in the real one must not leak in.
+pytestmark = pytest.mark.usefixtures("data_dir")
 
 
 def linux_config(home: Path) -> Path:
@@ -52,26 +47,6 @@ def claude_code_settings(home: Path) -> Path:
 
 def backups_of(path: Path) -> list[Path]:
     return sorted(path.parent.glob(path.name + ".bak-*"))
-
-
-@pytest.fixture(autouse=True)
-def data_dir(settings, tmp_path) -> Path:
-    """Each test's own data dir: the address a running Bridge recorded in the real one must not leak in."""
-    settings.DATA_DIR = tmp_path / "data"
-    settings.DATA_DIR.mkdir()
-    return settings.DATA_DIR
-
-
-@pytest.fixture
-def home(tmp_path) -> Path:
-    path = tmp_path / "home"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def environ() -> dict:
-    return {"PATH": "", "BRIDGE_TOKEN": TOKEN, "DJANGO_SECRET_KEY": "not-for-others"}
 
 
 def test_fresh_config_is_created_where_claude_desktop_has_its_directory(home, environ):
@@ -318,22 +293,6 @@ def test_hermes_home_is_passed_on_so_the_mcp_process_finds_the_same_skills(home,
     register(home, environ, "linux")
 
     assert json.loads(config.read_text())["mcpServers"]["bridge"]["env"]["HERMES_HOME"] == "/srv/hermes"
-
-
-@pytest.mark.e2e
-def test_the_printed_line_registers_bridge_with_the_real_claude_code_cli(home, environ, tmp_path):
-    claude = claude_bin()
-    [line] = [line for line in register(home, environ, "linux").splitlines() if line.startswith("claude mcp add")]
-    argv = [claude, *shlex.split(line)[1:]]
-    cli_env = {"PATH": os.environ["PATH"], "HOME": str(home), "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}
-    cli_env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
-
-    subprocess.run(argv, env=cli_env, cwd=tmp_path, check=True, capture_output=True, timeout=60)
-
-    registered = json.loads((home / ".claude.json").read_text())["mcpServers"]["bridge"]
-    assert registered["command"] == sys.executable
-    assert registered["args"] == [MANAGE_PY, "mcp"]
-    assert registered["env"]["BRIDGE_DATA_DIR"] == str(settings.DATA_DIR)
 
 
 # --- Claude Code's status line ----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from jobs.supervision.runners.base import Decision, RunSpec, Step
 from jobs.supervision.runners.claude import ClaudeRunner
 from jobs.supervision.runners.hermes import HERMES_PROVIDER_ENV
 
-FIXTURES = Path(__file__).parent / "fixtures" / "claude"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "claude"
 
 
 def replay(name: str, **task_fields) -> tuple[ClaudeRunner, list[Step]]:

@@ -1,38 +1,31 @@
 """The Hermes runners' parsing, on transcripts the real Hermes 0.19.0 produced against tests/fakes/openai_server.py
-(tests/fixtures/hermes: `acp_*.jsonl` are both directions of an ACP session, `oneshot_*.json` are one-shot runs)."""
+(tests/fixtures/hermes: `acp_*.jsonl` are both directions of an ACP session, `oneshot_*.json` are one-shot runs), and
+the one-shot argv, the mode and the option limits, all without a database. Hermes tasks run through the supervisor are
+in tests/integration/test_hermes_runs.py, the real CLI through the launcher in tests/e2e/test_hermes_launcher.py."""
 
-import hashlib
 import json
-import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
-from jobs import actions
 from jobs.actions.tasks import AGENT_OPTIONS, LIST_OPTIONS, MAX_LIST_CHARS, MAX_LIST_ENTRIES, checked_options
-from jobs.agents.executors import BRIDGE_ENV_NAMES, BRIDGE_ENV_PREFIXES
 from jobs.agents.hermes_skills import acp_installed
 from jobs.core.errors import InvalidInput
 from jobs.core.vocabulary import PermissionMode, PermissionStatus, Status
 from jobs.supervision.runners.acp import AcpRunner
 from jobs.supervision.runners.base import Decision, RunSpec, Step
 from jobs.supervision.runners.hermes import (
-    HERMES_PROVIDER_ENV,
     LAUNCHER,
     HermesAcpRunner,
     HermesOneShotRunner,
     hermes_mode,
     script_interpreter,
 )
-from jobs.supervision.supervisor import run_spec
-from tests.fakes.hermes_env import DEFAULT_HERMES_BIN, RecordingProxy, offline_env, write_hermes_home
-from tests.fakes.openai_server import FakeOpenAI, text
-from tests.support import FAKES, make_task, skip_or_fail, wait_for
+from tests.fakes.hermes_env import DEFAULT_HERMES_BIN
+from tests.support import python_script
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hermes"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "hermes"
 
 
 def transcript(name: str) -> list[dict]:
@@ -214,14 +207,6 @@ def run_oneshot(name: str, **task_fields) -> tuple[HermesOneShotRunner, list[Ste
     return runner, steps, runner.on_exit(record["stderr"])
 
 
-def python_script(path: Path, body: str = "", first_line: str = f"#!{sys.executable}") -> Path:
-    """An executable console-script-like file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"{first_line}\n{body}")
-    path.chmod(0o755)
-    return path
-
-
 def test_oneshot_argv_has_everything_but_the_task(settings, tmp_path):
     script = python_script(tmp_path / "venv" / "bin" / "hermes")
     settings.BRIDGE_HERMES_BIN = str(script)
@@ -353,13 +338,6 @@ def test_auto_picks_acp_when_the_extra_is_installed(settings):
     assert hermes_mode(with_skills) == "oneshot", "ACP cannot pass skills"
 
 
-def test_spawn_error_names_the_hermes_setting(supervisor, settings):
-    settings.BRIDGE_HERMES_BIN = "/nonexistent/hermes"
-    task = wait_for(make_task("hi", agent="hermes"))
-    assert task.status == Status.FAILED
-    assert "/nonexistent/hermes" in task.error and "BRIDGE_HERMES_BIN" in task.error
-
-
 def test_acp_result_is_the_final_message_and_each_message_is_one_text_event():
     runner = HermesAcpRunner(RunSpec(agent="hermes", prompt="p", cwd="/tmp/w"))
     runner.session_id = "s"
@@ -397,88 +375,7 @@ def test_acp_says_which_options_it_could_not_pass():
     assert events(replay("plain")[1], "ignored_options") == []
 
 
-# --- the task never travels in argv; limits; the environment (through the supervisor, with the fake) ------------
-
-
-@pytest.fixture
-def fake_oneshot(supervisor, settings, tmp_path) -> Path:
-    """BRIDGE_HERMES_BIN as a Python console script running tests/fakes/fake_hermes.py, in one-shot mode."""
-    script = python_script(
-        tmp_path / "hermes-venv" / "bin" / "hermes",
-        f"import runpy\nrunpy.run_path({str(FAKES / 'fake_hermes.py')!r}, run_name='__main__')\n",
-    )
-    settings.BRIDGE_HERMES_BIN = str(script)
-    settings.BRIDGE_HERMES_MODE = "oneshot"
-    return script
-
-
-def sized_prompt(size: int, marker: str) -> str:
-    """A task of exactly `size` bytes (UTF-8, with 2- and 3-byte characters) asking the fake what it received."""
-    head = f"digest\ncmdline\nstdin\n# {marker} "
-    filler = ("é✓x" * (size // 6 + 1)).encode()[: max(0, size - len(head.encode()))].decode(errors="ignore")
-    prompt = head + filler
-    return prompt + "x" * (size - len(prompt.encode()))
-
-
-def prompt_sizes() -> list[int]:
-    """From 1 byte to BRIDGE_MAX_PROMPT_BYTES, through the sizes that matter: a pipe's buffer (64 KiB), the largest
-    argv string Linux takes (MAX_ARG_STRLEN, 128 KiB) and the 140,000-byte task that once failed."""
-    limit = settings.BRIDGE_MAX_PROMPT_BYTES
-    sizes = {100, 64 * 1024 + 1, 128 * 1024, 140_000, limit, *(limit * k // 5 for k in range(1, 5))}
-    return sorted(size for size in sizes if 100 <= size <= limit)
-
-
-@pytest.mark.parametrize("size", prompt_sizes())
-def test_a_task_of_any_accepted_size_reaches_oneshot_hermes_on_stdin_not_in_argv(fake_oneshot, size):
-    marker = f"MARK-{uuid.uuid4().hex}"
-    prompt = sized_prompt(size, marker)
-    assert len(prompt.encode()) == size
-    task = wait_for(make_task(prompt, agent="hermes"))
-    assert task.status == Status.DONE, task.error
-    digest = hashlib.sha256(prompt.encode()).hexdigest()
-    assert f"query: {size} bytes, sha256 {digest}" in task.result, "the whole task, byte for byte"
-    assert "stdin: devnull" in task.result, "Hermes itself still gets /dev/null as stdin"
-    spawned = next(e.data for e in actions.events_since(task) if e.kind == "spawned")
-    cmdline = json.loads(next(ln for ln in task.result.splitlines() if ln.startswith("cmdline: "))[9:])
-    assert cmdline == spawned["argv"] == HermesOneShotRunner(run_spec(task)).argv()
-    assert marker not in json.dumps(cmdline) and len(json.dumps(cmdline)) < 1000
-
-
-def test_a_task_starting_with_a_dash_is_the_task_not_a_flag(fake_oneshot):
-    task = wait_for(make_task("--version\nsay still the task", agent="hermes"))
-    assert task.status == Status.DONE and task.result == "--version\nstill the task"
-
-
-def test_a_shell_wrapper_fails_clearly_in_oneshot_mode(supervisor, settings, tmp_path):
-    wrapper = tmp_path / "hermes"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_hermes.py"}" "$@"\n')
-    wrapper.chmod(0o755)
-    settings.BRIDGE_HERMES_BIN, settings.BRIDGE_HERMES_MODE = str(wrapper), "oneshot"
-    task = wait_for(make_task("say hi", agent="hermes"))
-    assert task.status == Status.FAILED
-    assert "not a Python script" in task.error and "BRIDGE_HERMES_BIN" in task.error
-
-
-def bridge_own_names() -> list[str]:
-    """Bridge's own secrets and settings: the names it reads from its environment."""
-    return [*BRIDGE_ENV_NAMES, *(name for name in dir(settings) if name.startswith(BRIDGE_ENV_PREFIXES))]
-
-
-def test_provider_variables_reach_hermes_and_bridge_secrets_never_do(fake_oneshot, settings, monkeypatch):
-    for name in HERMES_PROVIDER_ENV:
-        monkeypatch.setenv(name, f"value-of-{name}")
-    own = bridge_own_names()
-    for name in own:
-        monkeypatch.setenv(name, f"secret-{name}")
-    settings.BRIDGE_PASS_ENV = list(own)  # even named there, they stay home
-    task = wait_for(make_task("\n".join(f"env {name}" for name in (*HERMES_PROVIDER_ENV, *own)), agent="hermes"))
-    assert task.status == Status.DONE, task.error
-    seen = dict(line.removeprefix("env ").split("=", 1) for line in task.result.splitlines())
-    assert {name: seen[name] for name in HERMES_PROVIDER_ENV} == {n: f"value-of-{n}" for n in HERMES_PROVIDER_ENV}
-    assert {name: seen[name] for name in own} == dict.fromkeys(own, "<unset>")
-    spec = RunSpec(agent="hermes", prompt="p", cwd="/tmp/w")
-    for env in (HermesAcpRunner(spec).env(), HermesOneShotRunner(spec).env()):
-        assert set(HERMES_PROVIDER_ENV) <= set(env) and not set(own) & set(env)
+# --- limits ---------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -495,33 +392,3 @@ def test_list_options_are_bounded(agent, option):
         assert error.http_status == 400 and error.code == "invalid_input" and words in error.message
         assert f"{MAX_LIST_ENTRIES} entries and {MAX_LIST_CHARS} characters" in error.message
         assert error.detail == {"option": option, "max_entries": MAX_LIST_ENTRIES, "max_chars": MAX_LIST_CHARS}
-
-
-@pytest.mark.e2e
-def test_real_hermes_takes_a_140000_byte_task_through_the_launcher(settings, tmp_path):
-    """The real CLI, offline against the fake OpenAI server: the whole task is the user message; argv lacks it."""
-    if not DEFAULT_HERMES_BIN.is_file():
-        skip_or_fail(f"the Hermes CLI is not installed at {DEFAULT_HERMES_BIN}")
-    settings.BRIDGE_HERMES_BIN = str(DEFAULT_HERMES_BIN)
-    prompt = "-" + sized_prompt(140_000 - 1, marker := f"MARK-{uuid.uuid4().hex}")  # a leading "-" too
-    runner = HermesOneShotRunner(RunSpec(agent="hermes", prompt=prompt, cwd=str(tmp_path)))
-    with FakeOpenAI([text("Big task read.")]) as fake, RecordingProxy() as proxy:
-        home = write_hermes_home(tmp_path / "hermes-home", fake.url)
-        env = offline_env(home, tmp_path, proxy.url)
-        child = subprocess.Popen(
-            runner.argv(), cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        cmdline = Path(f"/proc/{child.pid}/cmdline").read_bytes()
-        for line in runner.stdin_lines():
-            child.stdin.write(line)
-        child.stdin.flush()
-        out, err = child.communicate(timeout=120)
-    assert child.returncode == 0, err.decode()[-2000:]
-    assert out.decode().strip() == "Big task read." and "session_id:" in err.decode()
-    (request,) = fake.main_requests
-    content = [m["content"] for m in request["messages"] if m["role"] == "user"][-1]
-    if isinstance(content, list):
-        content = "".join(part.get("text", "") for part in content)
-    assert content == prompt, "the whole task, as the user message"
-    assert marker.encode() not in cmdline and len(cmdline) < 1000
-    assert proxy.requests == [], f"Hermes tried to leave loopback: {proxy.requests}"

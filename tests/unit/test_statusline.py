@@ -18,7 +18,7 @@ import pytest
 
 from jobs.integrations import tool_configs
 
-SCRIPT = Path(__file__).resolve().parent.parent / "jobs" / "statusline.py"  # where installed status lines point
+SCRIPT = Path(__file__).resolve().parents[2] / "jobs" / "statusline.py"  # where installed status lines point
 TIMEOUT_S = 0.3
 SLOW_S = 5.0  # far beyond TIMEOUT_S: the script must give up long before the server answers
 ON, DEGRADED, OFF = "▶️ bridge: on", "⚠️ bridge: degraded", "⏹️ bridge: off"
