@@ -1,4 +1,4 @@
-"""Set up and run Bridge the same way everywhere: `python -m bridge.bootstrap run | test | lint | tools | bench`.
+"""Set up and run Bridge the same way everywhere: `python -m bridge.bootstrap run | test | lint | tools | bench | lock`.
 
 `make run` and `make test` call this; on Windows, where `make` is usually missing, PowerShell runs the same
 commands with `py -m bridge.bootstrap run`. It needs only the standard library and runs on any Python 3, so that
@@ -6,8 +6,12 @@ an interpreter that is too old gets a clear message instead of a traceback.
 
 What it does, each step only when needed:
 - a virtual environment in .venv, made by the Python that runs this (rebuilt when it is broken or too old),
-- the project installed into it (again whenever pyproject.toml changes),
-- for the tests, the pinned agent CLIs, the MCP Inspector and Debian's chromium in .tools/ (git-ignored).
+- every dependency installed from its lock file, requirements/run.txt or requirements/test.txt (pinned, with
+  hashes, for every platform and Python from 3.11), then the project itself; again whenever either file changes,
+- for the tests, the pinned agent CLIs, the MCP Inspector, Debian's chromium, and a second environment on the newest
+  Python found (3.12 or later), where the lock picks the newest Django the range admits, in .tools/ (git-ignored).
+
+`lock` writes the lock files again from pyproject.toml (with uv, installed into .tools/ for it).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ INSPECTOR_VERSION = "2.12.0"
 NODE22_VERSION = "22.23.3"  # the Inspector needs Node >= 22.19; the npm package `node` brings one privately
 RUN_EXTRAS = "postgres,redis"
 TEST_EXTRAS = "postgres,redis,test"
+LOCKS = {RUN_EXTRAS: REPO / "requirements" / "run.txt", TEST_EXTRAS: REPO / "requirements" / "test.txt"}
+NEWEST_DJANGO = TOOLS / "newest-django"  # the test lock on Python 3.12+, where it resolves the newest Django
+NEWER_PYTHONS = ("python3.14", "python3.13", "python3.12")
 # The suite waits on subprocesses (servers, agent CLIs) as much as it computes: one pytest-xdist worker per core
 # nearly halves its time on two. pytest's own arguments come later and win: `python -m bridge.bootstrap test -- -n 0`
 # runs the suite in one process.
@@ -109,13 +116,75 @@ def ensure_venv() -> Path:
 
 
 def ensure_installed(python: Path, extras: str) -> None:
-    """`pip install -e .[extras]`, again only when pyproject.toml has changed since the last install."""
-    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes()).hexdigest()
+    """The lock file's pinned dependencies (hashes checked), then the project itself, again only when pyproject.toml
+    or the lock file has changed since the last install."""
+    lock = LOCKS[extras]
+    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + lock.read_bytes()).hexdigest()
     stamp = VENV / f".installed-{extras.replace(',', '-')}"
     if stamp.exists() and stamp.read_text().strip() == digest:
         return
-    say(f"installing Bridge and its dependencies ({extras}) into {VENV}")
-    run(python, "-m", "pip", "install", "-q", "-e", f".[{extras}]")
+    say(f"installing Bridge and its dependencies ({extras}, pinned in {lock.relative_to(REPO)}) into {VENV}")
+    run(python, "-m", "pip", "install", "-q", "--require-hashes", "-r", lock)
+    run(python, "-m", "pip", "install", "-q", "--no-deps", "-e", ".")
+    stamp.write_text(digest + "\n")
+
+
+def lock() -> None:
+    """Resolve pyproject.toml's dependencies again into the two lock files, for every platform and Python >= 3.11."""
+    uv_venv = TOOLS / "uv"
+    if venv_python(uv_venv) is None:
+        run(sys.executable, "-m", "venv", uv_venv)
+        run(venv_python(uv_venv), "-m", "pip", "install", "-q", "uv")
+    for extras, path in LOCKS.items():
+        extra_args = [arg for extra in extras.split(",") for arg in ("--extra", extra)]
+        run(
+            venv_python(uv_venv),
+            "-m",
+            "uv",
+            "pip",
+            "compile",
+            "pyproject.toml",
+            "--universal",
+            "--python-version",
+            ".".join(map(str, MIN_PYTHON)),
+            "--generate-hashes",
+            "--no-header",
+            "-q",
+            *extra_args,
+            "-o",
+            path,
+        )
+
+
+def newer_python() -> Path | None:
+    """A Python 3.12 or later on this machine (on PATH, or a pyenv version), or None."""
+    candidates = [shutil.which(name) for name in NEWER_PYTHONS]
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates += sorted(pyenv_root.glob("versions/3.1[2-9]*/bin/python3"), reverse=True)
+    for candidate in filter(None, candidates):
+        version = python_version(Path(candidate))
+        if version is not None and version >= (3, 12):
+            return Path(candidate)
+    return None
+
+
+def newest_django() -> None:
+    """The test lock installed on Python 3.12+, where its markers choose the newest Django the range admits: the
+    tests of the code that reaches into Django's internals (jobs/actions/rows.py, the claim) run there too."""
+    python = venv_python(NEWEST_DJANGO)
+    digest = hashlib.sha256(LOCKS[TEST_EXTRAS].read_bytes()).hexdigest()
+    stamp = NEWEST_DJANGO / ".installed"
+    if python is not None and stamp.exists() and stamp.read_text().strip() == digest:
+        return
+    interpreter = newer_python()
+    if interpreter is None:
+        say("no Python 3.12 or later found: the newest-Django tests skip (install one, e.g. python3.13)")
+        return
+    say(f"installing the test lock on {interpreter} into {NEWEST_DJANGO} (for the newest Django)")
+    if NEWEST_DJANGO.exists():
+        shutil.rmtree(NEWEST_DJANGO)
+    run(interpreter, "-m", "venv", NEWEST_DJANGO)
+    run(venv_python(NEWEST_DJANGO), "-m", "pip", "install", "-q", "--require-hashes", "-r", LOCKS[TEST_EXTRAS])
     stamp.write_text(digest + "\n")
 
 
@@ -161,6 +230,7 @@ def tools() -> None:
     inspector = f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}"
     npm_package(TOOLS / "inspector", "mcp-inspector", inspector, f"node@{NODE22_VERSION}")
     browser()
+    newest_django()
 
 
 def lint(python: Path) -> None:
@@ -193,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("lint", help="ruff, the import-linter contracts and the function-length check")
     sub.add_parser("tools", help="the pinned agent CLIs, the MCP Inspector and chromium for the tests")
     sub.add_parser("bench", help="the benchmarks (not part of the tests)")
+    sub.add_parser("lock", help="resolve pyproject.toml's dependencies again into requirements/*.txt")
     args = parser.parse_args(argv)
     try:
         return dispatch(args)
@@ -202,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def dispatch(args: argparse.Namespace) -> int:
+    if args.command == "lock":
+        lock()
+        return 0
     python = ensure_venv()
     if args.command == "run":
         ensure_installed(python, RUN_EXTRAS)
