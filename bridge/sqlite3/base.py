@@ -7,7 +7,7 @@ collector then frees it later, on whichever thread it runs: resetting the statem
 connection's mutex. If that thread holds the write lock while the connection's own thread is in SQLite's busy wait
 for it (which holds that mutex), each waits for the other: every other write times out (503 database_busy) until the
 busy wait gives up, and a thread that begins again at once starts it over. A burst of 200 creates on one web process
-stalled for 30 s this way in about one run in ten (tests/test_concurrency.py). Closing the cursor here resets the
+stalled for 30 s this way in about one run in ten (integration/test_concurrency.py). Closing the cursor here resets the
 statement on its own thread, so nothing is left for the collector (docs/architecture.md, "Database").
 """
 
