@@ -16,7 +16,7 @@ from django.test import override_settings
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs import actions
+from jobs import actions, processes
 from jobs.agents import executors
 from jobs.core.errors import Conflict
 from jobs.core.vocabulary import Status
@@ -538,3 +538,46 @@ def test_a_killed_supervisor_leaves_no_grandchild_behind(transactional_db, work_
     for pid in [task.pid, *pids]:
         assert_gone(pid)
     assert Task.objects.get(pk=task.pk).status == Status.ORPHANED
+
+
+# An agent that starts a process in a session of its own (out of the agent's group, re-parented when the agent goes),
+# says its pid and exits: all that is left of the task is that escapee, found only by its spawn tag.
+ESCAPING_AGENT = (
+    "import subprocess, sys\n"
+    "escapee = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+    "print(escapee.pid, flush=True)\n"
+)
+FINDERS = {
+    "a read of the task": lambda task, dead, alive: actions.get_task(str(task.public_id)),
+    "a list's settling": lambda task, dead, alive: actions.settle_running_tasks(),
+    "a stream's sweep": lambda task, dead, alive: actions.settle_running({task.pk: dead.pk}),
+    "another supervisor's scan": lambda task, dead, alive: actions.orphan_others(alive),
+}
+
+
+@pytest.mark.parametrize("finder", list(FINDERS))
+def test_whoever_orphans_a_task_kills_what_its_agent_left_behind(transactional_db, work_root, finder):
+    """One orphaning rule wherever a dead supervisor's task is found: its agent's escaped descendants, on this host,
+    are killed too (before, only the supervisor's scan killed them; a read left them running)."""
+    make_task("say hi")
+    dead = actions.register_worker(1, name="dead")
+    task = actions.claim_next_task(dead)
+    agent = processes.spawn(
+        [sys.executable, "-c", ESCAPING_AGENT],
+        cwd=work_root,
+        env=dict(os.environ),
+        stdin_pipe=False,
+        tag=str(task.public_id),
+    )
+    escapee = int(agent.stdout.readline())
+    agent.wait(timeout=10)
+    actions.mark_spawned(task, agent.pid, psutil.Process(escapee).create_time() - 1, ["agent"])
+    actions.stop_worker(dead)
+    alive = actions.register_worker(1, name="alive")
+    try:
+        assert psutil.pid_exists(escapee)
+        FINDERS[finder](task, dead, alive)
+        assert Task.objects.get(pk=task.pk).status == Status.ORPHANED
+        assert_gone(escapee)
+    finally:
+        processes.kill_tagged(str(task.public_id))
