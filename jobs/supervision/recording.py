@@ -34,10 +34,32 @@ READ_CHUNK_BYTES = 64 * 1024
 QUIET_READ_BYTES = 4 * 1024
 
 
+@dataclass(frozen=True, slots=True)
+class Oversized:
+    """A line over the cap, counted as it passed, never held whole: its first LINE_HEAD_BYTES and its size."""
+
+    head: bytes
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """The lines one read of the child's stdout ended: each whole (bytes, its newline included) or Oversized."""
+
+    lines: list[bytes | Oversized]
+
+
+@dataclass(frozen=True, slots=True)
+class OutputEnded:
+    """The child's stdout is read to its end."""
+
+
+OUTPUT_ENDED = OutputEnded()
+
+
 class LineReader(threading.Thread):
-    """Reads a child's stdout as lines, handed on as one ("lines", [...]) inbox item per chunk read: a flood of small
-    lines costs one queue hand-off per 64 KiB, not one per line. Each entry is ("line", bytes) or, for a line over
-    the cap, ("oversized", its head, its size): such a line is counted as it passes, never held whole."""
+    """Reads a child's stdout as lines, handed on as one `Output` inbox item per chunk read (a flood of small lines
+    costs one queue hand-off per 64 KiB, not one per line), then `OUTPUT_ENDED`."""
 
     def __init__(self, stream, inbox: queue.Queue, max_bytes: int) -> None:
         super().__init__(daemon=True, name="stdout-reader")
@@ -54,13 +76,13 @@ class LineReader(threading.Thread):
                 lines = [self._ended(piece) for piece in ended]
                 self._extend(rest)
                 if lines:
-                    self.inbox.put(("lines", lines))
+                    self.inbox.put(Output(lines))
         except (OSError, ValueError):
             pass
         finally:
             if self.over is not None or self.line:  # the last line had no newline
-                self.inbox.put(("lines", [self._last()]))
-            self.inbox.put(("eof",))
+                self.inbox.put(Output([self._last()]))
+            self.inbox.put(OUTPUT_ENDED)
 
     def _extend(self, piece: bytes) -> None:
         if self.over is not None:
@@ -72,27 +94,27 @@ class LineReader(threading.Thread):
             self.over = (bytes(self.line[:LINE_HEAD_BYTES]), len(self.line))
             self.line.clear()
 
-    def _ended(self, piece: bytes) -> tuple:
+    def _ended(self, piece: bytes) -> bytes | Oversized:
         """The line that `piece` and a newline end."""
         if self.over is None and not self.line:  # the common case: a whole line inside one chunk
             if len(piece) > self.max_bytes:
-                return ("oversized", piece[:LINE_HEAD_BYTES], len(piece) + 1)
-            return ("line", piece + b"\n")
+                return Oversized(piece[:LINE_HEAD_BYTES], len(piece) + 1)
+            return piece + b"\n"
         self._extend(piece)
         if self.over is not None:
             return self._last(newline=1)
         line = bytes(self.line) + b"\n"
         self.line.clear()
-        return ("line", line)
+        return line
 
-    def _last(self, newline: int = 0) -> tuple:
+    def _last(self, newline: int = 0) -> bytes | Oversized:
         """The line read so far, ended (by a newline, or by the end of the output)."""
         if self.over is not None:
             (head, size), self.over = self.over, None
-            return ("oversized", head, size + newline)
+            return Oversized(head, size + newline)
         line = bytes(self.line)
         self.line.clear()
-        return ("line", line)
+        return line
 
 
 class TailReader(threading.Thread):
@@ -149,7 +171,7 @@ class Recorder:
         self.outage = Outage(f"task {task.public_id}")
         self.held_bytes = 0
         self.held_events = 0
-        self.note: tuple[Write, dict] | None = None  # the `truncated` event counting what is being dropped
+        self.note: tuple[Write, dict[str, Any]] | None = None  # the `truncated` event counting what is being dropped
         self.dropped = 0  # events dropped over the whole run
         self.delivered: set[int] = set()  # permission answers written to the agent: never twice
 
@@ -180,7 +202,7 @@ class Recorder:
 
     def _count_dropped(self, count: int, size: int) -> None:
         if self.note is None or self.note[0].tried:
-            data = {"reason": "", "events": 0, "bytes": 0}
+            data: dict[str, Any] = {"reason": "", "events": 0, "bytes": 0}
             batch = self._open_batch()
             batch.payload.append(("truncated", data))
             self.note = (batch, data)

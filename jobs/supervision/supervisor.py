@@ -23,8 +23,17 @@ from jobs.core import doorbell, paths
 from jobs.core.errors import BridgeError, Conflict
 from jobs.core.resilience import DB_ERRORS, Outage, drop_connection, retry
 from jobs.core.vocabulary import Status
-from jobs.models import PermissionRequest, Task
-from jobs.supervision.recording import ESSENTIAL_KINDS, LINE_HEAD_BYTES, LineReader, Recorder, TailReader
+from jobs.models import PermissionRequest, Task, Worker
+from jobs.supervision.recording import (
+    ESSENTIAL_KINDS,
+    LINE_HEAD_BYTES,
+    LineReader,
+    Output,
+    OutputEnded,
+    Oversized,
+    Recorder,
+    TailReader,
+)
 from jobs.supervision.runners import runner_for
 from jobs.supervision.runners.base import Decision, Runner, RunSpec, Step
 
@@ -82,12 +91,27 @@ class StopStep(Enum):
 
 @dataclass
 class Stopping:
-    """A stop under way (a cancel request or the timeout)."""
+    """A stop under way (a cancel request, the timeout, the database away too long), and its escalation: SIGTERM
+    BRIDGE_KILL_GRACE_S after it began, SIGKILL at twice that, so an agent may not ignore a stop."""
 
     reason: str
     status: str | None  # the status to record; None when the agent had already said how it ended, which stands
-    started: float  # time.monotonic() when the stop began; the signals follow BRIDGE_KILL_GRACE_S after it
+    started: float  # time.monotonic() when the stop began
     step: StopStep = StopStep.ASKED
+
+    def next_step_at(self) -> float | None:
+        """When the next signal is due (time.monotonic()), or None once SIGKILL was sent."""
+        if self.step is StopStep.SIGKILL:
+            return None
+        steps = 1 if self.step is StopStep.ASKED else 2
+        return self.started + steps * settings.BRIDGE_KILL_GRACE_S
+
+    def due(self, now: float) -> StopStep | None:
+        """The signal to send now, if one is due."""
+        next_at = self.next_step_at()
+        if next_at is None or now < next_at:
+            return None
+        return StopStep.SIGTERM if self.step is StopStep.ASKED else StopStep.SIGKILL
 
 
 @dataclass
@@ -116,6 +140,53 @@ class GaveUp:
         return text + ". Nothing was re-run."
 
 
+# --- what a run's inbox holds, besides its stdout's Output and OUTPUT_ENDED (jobs/supervision/recording.py) -------
+@dataclass(frozen=True, slots=True)
+class AgentExited:
+    """The child process exited (processes.on_exit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class News:
+    """A ring for this task, or the supervisor's sweep: look at the database."""
+
+
+AGENT_EXITED, NEWS = AgentExited(), News()
+InboxItem = Output | OutputEnded | AgentExited | News
+
+
+class Phase(Enum):
+    """Where a run is. Each phase is entered once, and only from the phases before it (`NEXT_PHASES`)."""
+
+    STARTING = "starting"  # claimed; no agent yet
+    RUNNING = "running"  # the agent is started and recorded (`TaskRun.agent` exists from here on)
+    EXITED = "exited"  # the agent's process exited; the rest of its output is read
+    ABANDONED = "abandoned"  # ended elsewhere (a peer orphaned it): the agent was killed, nothing more is written
+    ENDED = "ended"  # its end is recorded, or it never started
+
+
+NEXT_PHASES: dict[Phase, set[Phase]] = {
+    Phase.STARTING: {Phase.RUNNING, Phase.ENDED},
+    Phase.RUNNING: {Phase.EXITED, Phase.ABANDONED, Phase.ENDED},
+    Phase.EXITED: {Phase.ABANDONED, Phase.ENDED},
+    Phase.ABANDONED: {Phase.ENDED},
+    Phase.ENDED: set(),
+}
+
+
+@dataclass
+class Agent:
+    """A run's agent process, made only by a successful spawn: what a run needs of it from then on."""
+
+    runner: Runner
+    proc: subprocess.Popen
+    create_time: float  # with the pid, names the agent even after its pid is reused
+    stderr: TailReader
+    deadline: float  # time.monotonic() when its timeout stops it (inf: no limit)
+    exited_at: float | None = None  # time.monotonic() when its exit was seen
+    leftovers_killed: bool = False  # what it left outside its group, killed once it exited and its stdout stayed open
+
+
 class TaskRun(threading.Thread):
     """Runs one claimed task from spawn to its recorded end: `_spawn`, `_pump` until the child is gone, `_finish`."""
 
@@ -125,27 +196,33 @@ class TaskRun(threading.Thread):
         self.done = threading.Event()  # its end is recorded: set just before it wakes the supervisor
         self.agent_started = threading.Event()  # its agent is started and recorded, or it could not start
         self.task = task
-        self.inbox: queue.Queue = queue.Queue(maxsize=INBOX_SIZE)
-        self.proc: subprocess.Popen | None = None
-        self.create_time: float | None = None  # with the pid, names the agent even after its pid is reused
-        self.runner: Runner | None = None
-        self.stderr: TailReader | None = None
+        self.phase = Phase.STARTING
+        self._agent: Agent | None = None
+        self.inbox: queue.Queue[InboxItem] = queue.Queue(maxsize=INBOX_SIZE)
         self.rec = Recorder(task, self._deliver)  # every write to the database goes through it, in order
         self.gave_up: GaveUp | None = None  # the database stayed away too long: the agent was stopped
+        self.stopping: Stopping | None = None
         self.output_bytes = 0
-        self.truncated = False
+        self.truncated = False  # past BRIDGE_MAX_OUTPUT_BYTES: only the essential events are recorded
         self.session_linked = False
         self.finished = False  # the agent reported how it ended (Claude's result line, ACP's stopReason)
         self.eof = False  # the child's stdout is read to its end
-        self.exited_at: float | None = None
-        self.leftovers_killed = False  # what the agent left behind outside its group, killed once it exited
-        self.abandoned = False  # someone else ended the task (a peer marked it orphaned): stop recording
-        self.stopping: Stopping | None = None
-        self.deadline = 0.0
         self.last_db_check = 0.0
         self.check_owed = True  # look at the database at the first chance: news may predate this run's doorbell
         # the permission requests the agent waits on, until the answer is passed on or the ask withdrawn
         self.open_asks: set[str] = set()
+
+    @property
+    def agent(self) -> Agent:
+        """The spawned agent; asking for it before a successful spawn is a bug."""
+        if self._agent is None:
+            raise RuntimeError(f"task {self.task.public_id}: no agent in phase {self.phase.value}")
+        return self._agent
+
+    def _enter(self, phase: Phase) -> None:
+        if phase not in NEXT_PHASES[self.phase]:
+            raise RuntimeError(f"task {self.task.public_id}: a run cannot go from {self.phase.value} to {phase.value}")
+        self.phase = phase
 
     def wake(self) -> None:
         """News for this task (a ring, or the supervisor's sweep): look at the database. A ring from this run's own
@@ -153,7 +230,7 @@ class TaskRun(threading.Thread):
         if threading.current_thread() is self:
             return
         try:
-            self.inbox.put_nowait(("wake",))
+            self.inbox.put_nowait(NEWS)
         except queue.Full:
             pass  # busy with output: the supervisor's sweep wakes it again while the news stands
 
@@ -163,13 +240,14 @@ class TaskRun(threading.Thread):
             self._run()
         except Exception as exc:
             log.exception("task %s: supervisor error", self.task.public_id)
-            if self.proc is not None:
-                processes.kill_tree(self.proc.pid, self.create_time)
+            if self._agent is not None:
+                processes.kill_tree(self._agent.proc.pid, self._agent.create_time)
             error = f"Bridge failed while running it: {exc!r}"
             retry(lambda: actions.finish_task(self.task, status=Status.FAILED, error=error), self.rec.outage)
         finally:
-            if self.proc is not None:  # after the end is recorded: what left the agent's group, wherever it went
-                processes.kill_tagged(str(self.task.public_id), self.create_time)
+            if self._agent is not None:  # after the end is recorded: what left the agent's group, wherever it went
+                processes.kill_tagged(str(self.task.public_id), self._agent.create_time)
+            self.phase = Phase.ENDED  # however it got here, an error included
             unsubscribe()
             drop_connection()
             self.done.set()
@@ -177,23 +255,22 @@ class TaskRun(threading.Thread):
 
     def _run(self) -> None:
         try:
-            self.runner = runner_for(run_spec(self.task))
-            spawned = self._spawn()
+            spawned = self._spawn(runner_for(run_spec(self.task)))
         finally:
             self.agent_started.set()
         if not spawned:
             return
         self._pump()
-        if not self.abandoned:
+        if self.phase is not Phase.ABANDONED:
             self._finish()
 
     # --- the phases -------------------------------------------------------------------------------------------
-    def _spawn(self) -> bool:
+    def _spawn(self, runner: Runner) -> bool:
         """Start the child and its readers; False when it could not start (then the task is recorded as failed).
 
         The cwd is confined again here, against the roots as they are now: it may have been swapped for a symlink
         since the task was created. The agent starts in the real directory that was checked, not the stored text."""
-        argv = self.runner.argv()
+        argv = runner.argv()
         try:
             cwd = paths.resolve_cwd(self.task.cwd)
         except BridgeError as exc:
@@ -202,24 +279,26 @@ class TaskRun(threading.Thread):
             )
             return False
         try:
-            env, with_stdin, tag = self.runner.env(), self.runner.uses_stdin, str(self.task.public_id)
-            self.proc = processes.spawn(argv, cwd=cwd, env=env, stdin_pipe=with_stdin, tag=tag)
+            env, with_stdin, tag = runner.env(), runner.uses_stdin, str(self.task.public_id)
+            proc = processes.spawn(argv, cwd=cwd, env=env, stdin_pipe=with_stdin, tag=tag)
         except OSError as exc:
             error = f"could not start {argv[0]!r}: {exc.strerror or exc}"
-            if self.runner.executable_setting:
-                error += f" (the executable is set by {self.runner.executable_setting})"
+            if runner.executable_setting:
+                error += f" (the executable is set by {runner.executable_setting})"
             self._record_end(status=Status.FAILED, error=error)
             return False
         # no timeout_s: the operator set no limit (BRIDGE_TASK_TIMEOUT_S=0), so the clock never stops it
-        self.deadline = time.monotonic() + self.task.timeout_s if self.task.timeout_s else float("inf")
-        self.create_time = processes.process_identity(self.proc.pid) or time.time()
-        self.rec.add("spawned", (self.proc.pid, self.create_time, argv))
+        deadline = time.monotonic() + self.task.timeout_s if self.task.timeout_s else float("inf")
+        create_time = processes.process_identity(proc.pid) or time.time()
+        stderr = TailReader(proc.stderr, settings.BRIDGE_STDERR_TAIL_BYTES)
+        self._agent = Agent(runner, proc, create_time, stderr, deadline)
+        self._enter(Phase.RUNNING)
+        self.rec.add("spawned", (proc.pid, create_time, argv))
         self.rec.flush()
-        LineReader(self.proc.stdout, self.inbox, settings.BRIDGE_MAX_LINE_BYTES).start()
-        processes.on_exit(self.proc, self._on_exit)
-        self.stderr = TailReader(self.proc.stderr, settings.BRIDGE_STDERR_TAIL_BYTES)
-        self.stderr.start()
-        for line in self.runner.stdin_lines():
+        LineReader(proc.stdout, self.inbox, settings.BRIDGE_MAX_LINE_BYTES).start()
+        processes.on_exit(proc, self._on_exit)
+        stderr.start()
+        for line in runner.stdin_lines():
             self._write(line)
         return True
 
@@ -227,7 +306,7 @@ class TaskRun(threading.Thread):
         """The child's exit as an inbox item, so the run notices it at once instead of polling for it. With the inbox
         full the run is busy with output, and it looks at the child after each batch anyway."""
         try:
-            self.inbox.put_nowait(("exited",))
+            self.inbox.put_nowait(AGENT_EXITED)
         except queue.Full:
             pass
 
@@ -240,11 +319,11 @@ class TaskRun(threading.Thread):
             self._read(items)
             self.rec.flush()
             now = time.monotonic()
-            self.check_owed = self.check_owed or any(item[0] == "wake" for item in items)
+            self.check_owed = self.check_owed or any(item is NEWS for item in items)
             if self.check_owed or (self.rec.outage.down and now - self.last_db_check >= settings.BRIDGE_POLL_S):
                 if self.rec.attempt(self._check_database):
                     self.last_db_check, self.check_owed = now, False
-                if self.abandoned:
+                if self.phase is Phase.ABANDONED:
                     return
                 self.rec.flush()  # the answers just passed on are marked delivered
             self._check_clock(now)
@@ -254,10 +333,11 @@ class TaskRun(threading.Thread):
 
     def _finish(self) -> None:
         """Record how the run ended; a stop's status and reason win over what the agent said."""
-        self.stderr.join(timeout=2)
-        stderr_tail = self.stderr.text()
-        self._handle(self.runner.on_exit(stderr_tail), 0)
-        outcome = self.runner.outcome(self.proc.returncode, stderr_tail)
+        agent = self.agent
+        agent.stderr.join(timeout=2)
+        stderr_tail = agent.stderr.text()
+        self._handle(agent.runner.on_exit(stderr_tail), 0)
+        outcome = agent.runner.outcome(agent.proc.returncode, stderr_tail)
         if self.stopping is not None and self.stopping.status is not None:
             outcome.status, outcome.error = self.stopping.status, self.stopping.reason
         self._record_end(**asdict(outcome), stderr_tail=stderr_tail)
@@ -281,7 +361,7 @@ class TaskRun(threading.Thread):
         retry(write, self.rec.outage)
 
     # --- reading and writing ----------------------------------------------------------------------------------
-    def _next_items(self) -> list[tuple]:
+    def _next_items(self) -> list[InboxItem]:
         """What the inbox holds, up to about BATCH_LINES lines of output, waiting for the first item until the clock
         has something to do; after QUIET_CLOSE_S of that wait, without this thread's database connection."""
         wake_at = self._wake_at()
@@ -292,16 +372,17 @@ class TaskRun(threading.Thread):
         if first is None:
             return []
         items = [first]
-        lines = len(first[1]) if first[0] == "lines" else 0
+        lines = len(first.lines) if isinstance(first, Output) else 0
         while lines < BATCH_LINES:
             try:
-                items.append(self.inbox.get_nowait())
+                item = self.inbox.get_nowait()
             except queue.Empty:
                 break
-            lines += len(items[-1][1]) if items[-1][0] == "lines" else 0
+            items.append(item)
+            lines += len(item.lines) if isinstance(item, Output) else 0
         return items
 
-    def _next_item(self, until: float) -> tuple | None:
+    def _next_item(self, until: float) -> InboxItem | None:
         try:
             return self.inbox.get(timeout=max(0.0, until - time.monotonic()))
         except queue.Empty:
@@ -310,28 +391,28 @@ class TaskRun(threading.Thread):
     def _wake_at(self) -> float:
         """When the clock next has something to do (time.monotonic()): the timeout, a stop's next step, the end of
         the wait for a grandchild's stdout, or another try at the database while it is away."""
-        now = time.monotonic()
+        now, agent = time.monotonic(), self.agent
         due = [now + IDLE_WAIT_S]
         if self.stopping is None:
-            due.append(self.deadline)
-        elif self.stopping.step is not StopStep.SIGKILL:
-            steps = 1 if self.stopping.step is StopStep.ASKED else 2
-            due.append(self.stopping.started + steps * settings.BRIDGE_KILL_GRACE_S)
-        if self.exited_at is not None:
-            due.append(self.exited_at + (EXIT_DRAIN_S if self.leftovers_killed else HELD_OUTPUT_GRACE_S))
+            due.append(agent.deadline)
+        elif (next_step_at := self.stopping.next_step_at()) is not None:
+            due.append(next_step_at)
+        if agent.exited_at is not None:
+            due.append(agent.exited_at + (EXIT_DRAIN_S if agent.leftovers_killed else HELD_OUTPUT_GRACE_S))
         if self.rec.outage.down or self.rec.writes or self.check_owed:
             due.append(now + max(0.01, min(settings.BRIDGE_POLL_S, self.rec.outage.wait())))
         return min(due)
 
-    def _read(self, items: list[tuple]) -> None:
+    def _read(self, items: list[InboxItem]) -> None:
+        runner = self.agent.runner
         for item in items:
-            if item[0] == "lines":
-                for line in item[1]:
-                    if line[0] == "line":
-                        self._handle(self.runner.on_line(line[1]), len(line[1]))
+            if isinstance(item, Output):
+                for line in item.lines:
+                    if isinstance(line, Oversized):
+                        self._on_oversized(line.head, line.size)
                     else:
-                        self._on_oversized(line[1], line[2])
-            elif item[0] == "eof":
+                        self._handle(runner.on_line(line), len(line))
+            elif isinstance(item, OutputEnded):
                 self.eof = True
 
     def _child_gone(self, now: float) -> bool:
@@ -339,18 +420,20 @@ class TaskRun(threading.Thread):
 
         Whatever the agent left behind dies with it: its group at once, and, when its stdout is still open a moment
         later, whatever left the group (setsid) and holds it, so the task ends then instead of after the drain."""
-        if self.proc.poll() is None:
+        agent = self.agent
+        if agent.proc.poll() is None:
             return False
-        if self.exited_at is None:
-            self.exited_at = now
-            processes.kill_tree(self.proc.pid, self.create_time)
-        if not self.eof and not self.leftovers_killed and now - self.exited_at >= HELD_OUTPUT_GRACE_S:
-            self.leftovers_killed = True
-            processes.kill_tagged(str(self.task.public_id), self.create_time)
-        return self.eof or now - self.exited_at > EXIT_DRAIN_S
+        if agent.exited_at is None:
+            agent.exited_at = now
+            self._enter(Phase.EXITED)
+            processes.kill_tree(agent.proc.pid, agent.create_time)
+        if not self.eof and not agent.leftovers_killed and now - agent.exited_at >= HELD_OUTPUT_GRACE_S:
+            agent.leftovers_killed = True
+            processes.kill_tagged(str(self.task.public_id), agent.create_time)
+        return self.eof or now - agent.exited_at > EXIT_DRAIN_S
 
     def _write(self, line: bytes) -> None:
-        stdin = self.proc.stdin
+        stdin = self.agent.proc.stdin
         if stdin is None or stdin.closed:
             return
         try:
@@ -360,9 +443,10 @@ class TaskRun(threading.Thread):
             pass  # the child is gone; its exit is recorded when the loop sees it
 
     def _close_stdin(self) -> None:
+        stdin = self.agent.proc.stdin
         try:
-            if self.proc.stdin and not self.proc.stdin.closed:
-                self.proc.stdin.close()
+            if stdin and not stdin.closed:
+                stdin.close()
         except OSError:
             pass
 
@@ -410,7 +494,7 @@ class TaskRun(threading.Thread):
             ],
             LINE_HEAD_BYTES,
         )
-        self._handle(self.runner.on_oversized_line(head, size), size)
+        self._handle(self.agent.runner.on_oversized_line(head, size), size)
 
     def _deliver(self, perm: PermissionRequest) -> None:
         """Pass an answer on to the agent, once: it is marked delivered with the next writes (a mark that fails to be
@@ -418,7 +502,7 @@ class TaskRun(threading.Thread):
         if perm.pk in self.rec.delivered:
             return
         self.open_asks.discard(perm.request_id)
-        self._write(self.runner.answer(decision_for(perm)))
+        self._write(self.agent.runner.answer(decision_for(perm)))
         self.rec.delivered.add(perm.pk)
         self.rec.add("delivered", perm)
 
@@ -442,30 +526,30 @@ class TaskRun(threading.Thread):
         """The task was ended elsewhere (a peer found this supervisor's heartbeat stale and marked it orphaned):
         its record is closed, so the agent is stopped at once and nothing more is written."""
         log.warning("task %s is %s elsewhere; killing its agent", self.task.public_id, status)
-        processes.kill_tree(self.proc.pid, self.create_time)
+        processes.kill_tree(self.agent.proc.pid, self.agent.create_time)
         self.rec.clear()
-        self.abandoned = True
+        self._enter(Phase.ABANDONED)
 
     def _check_clock(self, now: float) -> None:
-        if self.stopping is None and now >= self.deadline:
+        if self.stopping is None and now >= self.agent.deadline:
             self._begin_stop(Status.TIMEOUT, f"ran longer than its timeout of {self.task.timeout_s} s")
-        if self.stopping is not None and self.proc.poll() is None:
-            self._escalate(now)
+        if self.stopping is not None and self.agent.proc.poll() is None and (step := self.stopping.due(now)):
+            self._signal(self.stopping, step)
 
     def _check_outage(self, now: float) -> None:
         """The database away past BRIDGE_DB_OUTAGE_S while the agent runs: its output can wait no longer, so the agent
         is stopped; the task is recorded as failed, saying so, as soon as the database answers. An agent that has
         already ended keeps its own outcome, recorded then."""
         outage = self.rec.outage
-        if self.gave_up is not None or not outage.down or outage.elapsed() < settings.BRIDGE_DB_OUTAGE_S:
+        if self.gave_up is not None or outage.since is None or outage.elapsed() < settings.BRIDGE_DB_OUTAGE_S:
             return
-        if self.proc.poll() is not None:
+        if self.agent.proc.poll() is not None:
             return
         self.gave_up = GaveUp(after_s=outage.elapsed(), since=outage.since, last_seq=self.task.last_seq)
         log.error("task %s: %s", self.task.public_id, self.gave_up.summary())
         self.stopping = Stopping(reason=self.gave_up.summary(), status=Status.FAILED, started=now)
         self.rec.add_events([("stopping", {"status": Status.FAILED, "reason": self.gave_up.summary()})])
-        self._signal(StopStep.SIGKILL)
+        self._signal(self.stopping, StopStep.SIGKILL)
 
     # --- stopping: interrupt, then SIGTERM, then SIGKILL ------------------------------------------------------
     def _begin_stop(self, status: str, reason: str) -> None:
@@ -474,34 +558,26 @@ class TaskRun(threading.Thread):
             # The agent already said how it ended; that outcome stands, only its process still has to go.
             self.stopping = Stopping(reason=reason, status=None, started=time.monotonic())
             self.rec.add_events([("stopping", {"reason": reason, "after_result": True})])
-            self._signal(StopStep.SIGTERM)
+            self._signal(self.stopping, StopStep.SIGTERM)
             return
         self.stopping = Stopping(reason=reason, status=status, started=time.monotonic())
         self.rec.add_events([("stopping", {"status": status, "reason": reason})])
         self.rec.add("close_asks", f"the task was stopped before anyone answered: {reason}")
-        lines = self.runner.stop_lines()
+        lines = self.agent.runner.stop_lines()
         for line in lines:
             self._write(line)
         if not lines:
-            self._signal(StopStep.SIGTERM)
+            self._signal(self.stopping, StopStep.SIGTERM)
 
-    def _escalate(self, now: float) -> None:
-        """SIGTERM BRIDGE_KILL_GRACE_S after the stop began, SIGKILL at twice that: an agent may not ignore a stop."""
-        grace = settings.BRIDGE_KILL_GRACE_S
-        elapsed = now - self.stopping.started
-        if self.stopping.step is StopStep.ASKED and elapsed >= grace:
-            self._signal(StopStep.SIGTERM)
-        elif self.stopping.step is StopStep.SIGTERM and elapsed >= 2 * grace:
-            self._signal(StopStep.SIGKILL)
-
-    def _signal(self, step: StopStep) -> None:
+    def _signal(self, stopping: Stopping, step: StopStep) -> None:
         """Terminate, then kill, the agent with everything it started (named by the POSIX signals on every OS)."""
-        self.stopping.step = step
+        stopping.step = step
         self.rec.add_events([("signal", {"signal": step.value})])
+        agent = self.agent
         if step is StopStep.SIGKILL:
-            processes.kill_tree(self.proc.pid, self.create_time)
+            processes.kill_tree(agent.proc.pid, agent.create_time)
         else:
-            processes.terminate_tree(self.proc.pid, self.create_time)
+            processes.terminate_tree(agent.proc.pid, agent.create_time)
 
 
 class Supervisor:
@@ -512,13 +588,24 @@ class Supervisor:
         self.name, self.labels = name, labels  # None: BRIDGE_SUPERVISOR_NAME / BRIDGE_SUPERVISOR_LABELS
         self.runs: dict[int, TaskRun] = {}
         self.started: set[int] = set()  # every task this supervisor gave a TaskRun
-        self.worker = None
+        self._worker: Worker | None = None  # registered as it starts (`_start`)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._stop_now = threading.Event()
         self.ready = threading.Event()
         self.startup_error = ""
         self._exited = threading.Event()
+
+    @property
+    def worker(self) -> Worker:
+        """This supervisor's row; asking for it before it registered is a bug."""
+        if self._worker is None:
+            raise RuntimeError("the supervisor has not registered yet")
+        return self._worker
+
+    @worker.setter
+    def worker(self, worker: Worker) -> None:
+        self._worker = worker
 
     def wake(self) -> None:
         self._wake.set()
@@ -573,7 +660,7 @@ class Supervisor:
         except Exception as exc:
             log.exception("supervisor: could not start")
             self.startup_error = f"the supervisor could not start: {exc.__class__.__name__}: {exc}"
-            if self.worker is not None:
+            if self._worker is not None:
                 try:
                     actions.stop_worker(self.worker)
                 except DB_ERRORS:

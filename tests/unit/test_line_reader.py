@@ -10,7 +10,15 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from jobs.supervision.recording import LINE_HEAD_BYTES, QUIET_READ_BYTES, READ_CHUNK_BYTES, LineReader
+from jobs.supervision.recording import (
+    LINE_HEAD_BYTES,
+    OUTPUT_ENDED,
+    QUIET_READ_BYTES,
+    READ_CHUNK_BYTES,
+    LineReader,
+    Output,
+    Oversized,
+)
 
 
 class Pipe:
@@ -27,23 +35,23 @@ class Pipe:
         return chunk
 
 
-def expected(data: bytes, max_bytes: int) -> list[tuple]:
+def expected(data: bytes, max_bytes: int) -> list[bytes | Oversized]:
     """Each line as the run must see it: whole with its newline, or (its text over the cap) the first
     LINE_HEAD_BYTES of its text and its size."""
     lines = data.split(b"\n")
     whole = [(text, text + b"\n") for text in lines[:-1]] + ([(lines[-1], lines[-1])] if lines[-1] else [])
     return [
-        ("oversized", text[:LINE_HEAD_BYTES], len(line)) if len(text) > max_bytes else ("line", line)
+        Oversized(text[:LINE_HEAD_BYTES], len(line)) if len(text) > max_bytes else line
         for text, line in whole
     ]
 
 
-def read_all(data: bytes, cuts: list[int], max_bytes: int) -> list[tuple]:
+def read_all(data: bytes, cuts: list[int], max_bytes: int) -> list[bytes | Oversized]:
     inbox: queue.Queue = queue.Queue()
     LineReader(Pipe(data, cuts), inbox, max_bytes).run()
     items = [inbox.get_nowait() for _ in range(inbox.qsize())]
-    assert items[-1] == ("eof",) and all(item[0] == "lines" and item[1] for item in items[:-1])
-    return [line for item in items[:-1] for line in item[1]]
+    assert items[-1] is OUTPUT_ENDED and all(isinstance(item, Output) and item.lines for item in items[:-1])
+    return [line for item in items[:-1] for line in item.lines]
 
 
 LINES = st.lists(st.integers(0, 3000).map(lambda n: bytes((97 + i % 26) for i in range(n))), max_size=8).map(b"\n".join)
@@ -66,7 +74,7 @@ def test_a_flood_of_small_lines_is_one_hand_off_per_read():
     LineReader(pipe, inbox, 1024).run()
     assert pipe.asked[:3] == [QUIET_READ_BYTES, READ_CHUNK_BYTES, READ_CHUNK_BYTES]
     assert inbox.qsize() == len(pipe.asked)  # a hand-off per read that found lines, then the end
-    assert sum(len(inbox.get_nowait()[1]) for _ in range(len(pipe.asked) - 1)) == 3000
+    assert sum(len(inbox.get_nowait().lines) for _ in range(len(pipe.asked) - 1)) == 3000
 
 
 @hypothesis_settings(max_examples=100, deadline=None)
