@@ -1,9 +1,31 @@
-"""End-to-end tests: the real agent CLIs (and the MCP Inspector) against scripted LLM servers on 127.0.0.1."""
+"""End-to-end tests: the real agent CLIs (and the MCP Inspector) against scripted LLM servers on 127.0.0.1. Each
+module that asks for `bridge` gets its own Bridge server and fake Anthropic server, started once for the module."""
 
 import pytest
+
+from tests import bridge_server
+from tests.bridge_server import BridgeServer
+from tests.fakes.anthropic_server import FakeAnthropic
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if "/tests/e2e/" in str(item.path).replace("\\", "/"):
             item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="module")
+def claude() -> str:
+    return bridge_server.claude_bin()
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeAnthropic() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory, fake, claude):
+    with BridgeServer(tmp_path_factory.mktemp("bridge"), fake.url, claude) as server:
+        yield server

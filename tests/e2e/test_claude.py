@@ -13,31 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tests import bridge_server
 from tests.bridge_server import BridgeServer, Script, data_events
-from tests.fakes.anthropic_server import FakeAnthropic, error, text, tool_use
+from tests.fakes.anthropic_server import error, text, tool_use
 
 pytestmark = pytest.mark.e2e
 
 
 # --- fixtures -------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def claude() -> str:
-    return bridge_server.claude_bin()
-
-
-@pytest.fixture(scope="module")
-def fake():
-    with FakeAnthropic() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def bridge(tmp_path_factory, fake, claude):
-    with BridgeServer(tmp_path_factory.mktemp("bridge"), fake.url, claude) as server:
-        yield server
 
 
 @pytest.fixture

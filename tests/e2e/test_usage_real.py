@@ -6,26 +6,8 @@ import sqlite3
 
 import pytest
 
-from tests import bridge_server
 from tests.bridge_server import BridgeServer, Script
-from tests.fakes.anthropic_server import FakeAnthropic, slow_text, text
-
-
-@pytest.fixture(scope="module")
-def claude() -> str:
-    return bridge_server.claude_bin()
-
-
-@pytest.fixture(scope="module")
-def fake():
-    with FakeAnthropic() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def bridge(tmp_path_factory, fake, claude):
-    with BridgeServer(tmp_path_factory.mktemp("bridge"), fake.url, claude) as server:
-        yield server
+from tests.fakes.anthropic_server import slow_text, text
 
 
 def run_to_end(bridge: BridgeServer, task_id: str) -> dict:

@@ -16,9 +16,11 @@ from django.urls import resolve
 
 from jobs.integrations import tool_configs
 from jobs.web.api import CreateTaskIn, PermissionIn, TaskIdIn
+from tests.support import MANAGE_PY, TOKEN
 
-MANAGE_PY = str(Path(settings.BASE_DIR) / "manage.py")
-TOKEN = "brg_do_not_leak_this_token_value"
+# Each test's own data dir: the address runbridge records and the skill's backups are read and written there.
+pytestmark = pytest.mark.usefixtures("data_dir")
+
 # Every POST example in the skill must be a body its endpoint accepts (the schemas refuse unknown fields).
 BODY_SCHEMAS = {"/v1/task/create": CreateTaskIn, "/v1/task/permission": PermissionIn, "/v1/task/cancel": TaskIdIn}
 
@@ -40,14 +42,8 @@ def all_files(root: Path) -> dict[Path, str]:
 
 
 @pytest.fixture
-def home(tmp_path) -> Path:
-    path = tmp_path / "home"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def environ() -> dict:
+    """The shared one (tests/conftest.py) without a Django secret: the skill's install reads no more than this."""
     return {"PATH": "", "BRIDGE_TOKEN": TOKEN}
 
 
@@ -224,14 +220,6 @@ def test_no_token_in_any_written_file(home, environ, hermes):
 
 
 # --- the address and the backup (issue 13.6) ----------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def data_dir(settings, tmp_path) -> Path:
-    """Each test's own data dir: the address runbridge records and the skill's backups are read and written there."""
-    settings.DATA_DIR = tmp_path / "data"
-    settings.DATA_DIR.mkdir()
-    return settings.DATA_DIR
 
 
 def test_without_url_the_running_bridges_address_is_used(home, environ, hermes, data_dir):
