@@ -158,13 +158,12 @@ def lock() -> None:
 
 def newer_python() -> Path | None:
     """A Python 3.12 or later on this machine (on PATH, or a pyenv version), or None."""
-    candidates = [shutil.which(name) for name in NEWER_PYTHONS]
+    on_path = [Path(found) for found in map(shutil.which, NEWER_PYTHONS) if found]
     pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    candidates += sorted(pyenv_root.glob("versions/3.1[2-9]*/bin/python3"), reverse=True)
-    for candidate in filter(None, candidates):
-        version = python_version(Path(candidate))
+    for candidate in on_path + sorted(pyenv_root.glob("versions/3.1[2-9]*/bin/python3"), reverse=True):
+        version = python_version(candidate)
         if version is not None and version >= (3, 12):
-            return Path(candidate)
+            return candidate
     return None
 
 
@@ -234,7 +233,7 @@ def tools() -> None:
 
 
 def lint(python: Path) -> None:
-    """Style, the layers of docs/architecture.md, and functions that fit on a screen."""
+    """Style, the layers of docs/architecture.md, types, and functions that fit on a screen."""
     run(python, "-m", "ruff", "check", ".")
     run(python, "-m", "ruff", "format", "--check", ".")
     lint_imports = shutil.which("lint-imports", path=str(python.parent))
@@ -243,6 +242,7 @@ def lint(python: Path) -> None:
             f"lint-imports is missing from {python.parent}: reinstall with `{python} -m pip install -e .[test]`"
         )
     run(lint_imports, "--no-cache")
+    run(python, "-m", "mypy")  # bridge/ and jobs/, as pyproject.toml's [tool.mypy] says
     run(python, REPO / "tests" / "lint" / "long_functions.py", "60")
 
 
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     serve_args.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8800")))
     test_args = sub.add_parser("test", help="set up everything the tests need, lint, and run the whole suite")
     test_args.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed on to pytest")
-    sub.add_parser("lint", help="ruff, the import-linter contracts and the function-length check")
+    sub.add_parser("lint", help="ruff, the import-linter contracts, mypy and the function-length check")
     sub.add_parser("tools", help="the pinned agent CLIs, the MCP Inspector and chromium for the tests")
     sub.add_parser("bench", help="the benchmarks (not part of the tests)")
     sub.add_parser("lock", help="resolve pyproject.toml's dependencies again into requirements/*.txt")

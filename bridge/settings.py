@@ -173,7 +173,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": SQLITE_ENGINE,
-            "NAME": DATA_DIR / "bridge.sqlite3",
+            "NAME": str(DATA_DIR / "bridge.sqlite3"),
             "OPTIONS": dict(SQLITE_OPTIONS),
         }
     }

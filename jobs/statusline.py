@@ -133,7 +133,8 @@ def count(value: object) -> int | None:
 
 def details(health: dict) -> list[str]:
     """What is going on, in the order people look for it; zero counts are left out."""
-    tasks = health.get("tasks") if isinstance(health.get("tasks"), dict) else {}
+    tasks = health.get("tasks")
+    tasks = tasks if isinstance(tasks, dict) else {}
     running, queued = count(tasks.get("running")), count(tasks.get("queued"))
     waiting = count(health.get("pending_permissions"))
     shown = [

@@ -16,6 +16,7 @@ from django.db.backends.sqlite3 import base
 
 class DatabaseWrapper(base.DatabaseWrapper):
     def _start_transaction_under_autocommit(self) -> None:
-        begin = "BEGIN" if self.transaction_mode is None else f"BEGIN {self.transaction_mode}"
+        mode = self.transaction_mode  # type: ignore[attr-defined]  # Django 5.1+ sets it; the stubs lack it
+        begin = "BEGIN" if mode is None else f"BEGIN {mode}"
         with self.cursor() as cursor:
             cursor.execute(begin)

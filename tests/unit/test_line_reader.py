@@ -40,10 +40,7 @@ def expected(data: bytes, max_bytes: int) -> list[bytes | Oversized]:
     LINE_HEAD_BYTES of its text and its size."""
     lines = data.split(b"\n")
     whole = [(text, text + b"\n") for text in lines[:-1]] + ([(lines[-1], lines[-1])] if lines[-1] else [])
-    return [
-        Oversized(text[:LINE_HEAD_BYTES], len(line)) if len(text) > max_bytes else line
-        for text, line in whole
-    ]
+    return [Oversized(text[:LINE_HEAD_BYTES], len(line)) if len(text) > max_bytes else line for text, line in whole]
 
 
 def read_all(data: bytes, cuts: list[int], max_bytes: int) -> list[bytes | Oversized]:

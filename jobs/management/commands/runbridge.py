@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import IO
 
 from daphne.endpoints import build_endpoint_description_strings
 from django.conf import settings
@@ -194,7 +195,7 @@ class Command(BaseCommand):
         """Wait for its "serving" line; one that has not said it within WEB_START_S is killed."""
         deadline = threading.Timer(WEB_START_S, web.kill)
         deadline.start()
-        said = web.stdout.readline()
+        said = pipe(web.stdout).readline()
         deadline.cancel()
         if not said:
             raise CommandError(
@@ -206,20 +207,20 @@ class Command(BaseCommand):
         for index, web in enumerate(self.web_processes):
             if web.poll() is not None and now - self.web_started[index] >= WEB_RESTART_S:
                 log.warning("web process %d exited by itself (exit code %s); starting another", web.pid, web.returncode)
-                web.stdin.close()
-                web.stdout.close()
+                pipe(web.stdin).close()
+                pipe(web.stdout).close()
                 self.web_processes[index], self.web_started[index] = self._start_web_process(listener), now
 
     def _stop_web_processes(self) -> None:
         for web in self.web_processes:
-            web.stdin.close()
+            pipe(web.stdin).close()
         for web in self.web_processes:
             try:
                 web.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 log.warning("web process %d did not stop within 15 s; killing it", web.pid)
                 web.kill()
-            web.stdout.close()
+            pipe(web.stdout).close()
 
     def _login_link(self) -> str:
         """A link for the first superuser (made on a fresh install)."""
@@ -249,6 +250,13 @@ class Command(BaseCommand):
         sys.stdout.flush()
 
 
+def pipe(stream: IO[bytes] | None) -> IO[bytes]:
+    """A web process's stdin or stdout: always a pipe (`processes.spawn_sharing` makes both)."""
+    if stream is None:
+        raise RuntimeError("a web process without its pipe")
+    return stream
+
+
 class Stopping:
     """Ctrl-C, SIGTERM or Ctrl-Break, the first time: stop claiming and let running tasks finish while Bridge goes on
     serving, so a person can still answer the ones that wait for a decision; stop serving once they are done (or
@@ -264,11 +272,12 @@ class Stopping:
         self.command, self.supervisor, self.thread, self.stop_serving = command, supervisor, thread, stop_serving
 
     def drain(self, name: str) -> None:
-        if self.supervisor is None:
+        if self.supervisor is None or self.thread is None:
             self.command.stderr.write(f"Bridge: {name} received: stopped serving.")
             self.stop_serving()
             return
-        threading.Thread(target=self._drain_then_stop, args=(name,), name="drain", daemon=True).start()
+        drain_args = (name, self.supervisor, self.thread)
+        threading.Thread(target=self._drain_then_stop, args=drain_args, name="drain", daemon=True).start()
 
     def now(self, name: str) -> None:
         self.command.stderr.write(f"Bridge: {name} received again: cancelling the running tasks now…")
@@ -277,20 +286,20 @@ class Stopping:
         else:
             self.supervisor.stop_now()
 
-    def _drain_then_stop(self, name: str) -> None:
+    def _drain_then_stop(self, name: str, supervisor: Supervisor, thread: threading.Thread) -> None:
         try:
-            self.command.stderr.write(self.drain_message(name))
+            self.command.stderr.write(self.drain_message(name, supervisor))
         except DatabaseError as exc:  # the message only; the drain itself needs no database to begin
             log.warning("could not list the running tasks: %s", exc)
         finally:
             connections.close_all()
-        self.supervisor.request_stop()
-        self.thread.join()
+        supervisor.request_stop()
+        thread.join()
         self.command.stderr.write("Bridge: every task has ended; stopped serving.")
         self.stop_serving()
 
-    def drain_message(self, name: str) -> str:
-        tasks = self.supervisor.running_tasks()
+    def drain_message(self, name: str, supervisor: Supervisor) -> str:
+        tasks = supervisor.running_tasks()
         if not tasks:
             return f"Bridge: {name} received: no task is running; stopping."
         waiting = PermissionRequest.objects.pending().filter(task__in=tasks).values_list("task__public_id", flat=True)

@@ -129,7 +129,7 @@ class AcpRunner(Runner):
         return Step(events=[("raw", message)])
 
     def _on_response(self, message: dict) -> Step:
-        method = self.calls.pop(message.get("id"), "")
+        method = self.calls.pop(message["id"], "")  # "id" in message: _on_line sent it here
         error = message.get("error")
         if error is not None:
             what = method or "a request"
