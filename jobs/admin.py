@@ -5,9 +5,11 @@ actions that call it: cancelling a task, creating (shown once) and revoking API 
 """
 
 import json
+from typing import TYPE_CHECKING, TypedDict
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -16,6 +18,14 @@ from django.utils.html import format_html, format_html_join
 from jobs import actions
 from jobs.core.errors import BridgeError
 from jobs.models import AgentSession, ApiToken, PermissionRequest, Task, TaskEvent, Worker
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+
+class _TaskCount(TypedDict):
+    task_count: int  # AgentSessionAdmin.get_queryset's annotation
+
 
 admin.site.site_header = "Bridge administration"
 admin.site.site_title = "Bridge"
@@ -110,7 +120,7 @@ class TaskAdmin(ReadOnlyAdmin):
     )
 
     def get_readonly_fields(self, request: HttpRequest, obj=None) -> list[str]:
-        return [f for fields in (opts["fields"] for _, opts in self.fieldsets) for f in fields]
+        return flatten_fieldsets(self.fieldsets)
 
     @admin.display(description="prompt")
     def short_prompt(self, task: Task) -> str:
@@ -189,7 +199,7 @@ class AgentSessionAdmin(ReadOnlyAdmin):
         return super().get_queryset(request).annotate(task_count=Count("tasks"))
 
     @admin.display(description="tasks", ordering="task_count")
-    def task_count(self, session: AgentSession) -> int:
+    def task_count(self, session: "WithAnnotations[AgentSession, _TaskCount]") -> int:
         return session.task_count
 
     @admin.display(description="total cost (its tasks)", ordering="total_cost_usd")

@@ -23,7 +23,7 @@ from jobs.models import Task, TaskEvent
 try:
     import fcntl
 except ImportError:  # Windows: refreshes of one log by two processes at once are not serialised
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # the module, or None where the platform has none
 
 BATCH = 500
 HEADER = "# BRIDGE FULL LOG {job} through_seq={seq:010d} bytes={size:012d} run={run:<14}\n"

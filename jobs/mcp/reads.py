@@ -12,7 +12,10 @@ from jobs.core.vocabulary import Agent
 from jobs.models import PermissionRequest, Task, TaskEvent
 
 # What counts as the agent's output: Claude's whole text blocks; Hermes' one-shot lines or ACP message fragments.
-OUTPUT_KINDS = {Agent.CLAUDE: ("text", "stdout"), Agent.HERMES: ("output", "text_delta", "stdout")}
+OUTPUT_KINDS: dict[str, tuple[str, ...]] = {
+    Agent.CLAUDE: ("text", "stdout"),
+    Agent.HERMES: ("output", "text_delta", "stdout"),
+}
 
 
 def output_tail(task: Task, chars: int) -> str:

@@ -46,6 +46,11 @@ class TokenOrSession(AuthBase):
         return who
 
 
+def caller(request: HttpRequest) -> str:
+    """Who is calling a view: the identity TokenOrSession returned, which django-ninja sets as `request.auth`."""
+    return request.auth  # type: ignore[attr-defined]  # ninja sets request.auth
+
+
 api = NinjaAPI(
     title="Bridge",
     version="1",
@@ -324,7 +329,7 @@ def create_task(request: HttpRequest, payload: CreateTaskIn):
             timeout_s=hbridge.timeout_seconds(payload.timeout_s, payload.taskTimeoutMs),
             options=options,
             source="api",
-            created_by=request.auth,
+            created_by=caller(request),
             target=payload.target or "",
         )
     )
@@ -333,7 +338,7 @@ def create_task(request: HttpRequest, payload: CreateTaskIn):
 
 @api.post("/task/cancel", response=answers(dict, WRITE_ONE), summary="Cancel a queued or running task")
 def cancel_task(request: HttpRequest, payload: TaskIdIn):
-    task = actions.request_cancel(actions.get_task(payload.task_id), reason=payload.reason, by=request.auth)
+    task = actions.request_cancel(actions.get_task(payload.task_id), reason=payload.reason, by=caller(request))
     return {"task_id": str(task.public_id), **hbridge.status_fields(task.status, task.error), "cancel_requested": True}
 
 
@@ -346,7 +351,7 @@ def decide_permission(request: HttpRequest, payload: PermissionIn):
         request_id=payload.request_id,
         updated_input=payload.updatedInput,
         message=payload.message,
-        by=request.auth,
+        by=caller(request),
         via="api",
     )
     return {"ok": True, **permission_out(perm)}
@@ -381,7 +386,7 @@ def task_detail(request: HttpRequest, task_id: str = Query(..., min_length=1, ma
         "error": task.error,
         "stderr_tail": task.stderr_tail,
         "pid": task.pid,
-        "worker": task.worker.name if task.worker_id else None,
+        "worker": task.worker.name if task.worker else None,
         "session_id": task.session.session_id if task.session else None,
         "resume_session_id": task.resume_session_id or None,
         "created_by": task.created_by,

@@ -175,6 +175,8 @@ class NoSuchSocket(BridgeConsumer):
 class TaskEventsConsumer(BridgeConsumer):
     """/ws/tasks/<task_id>/?since=N — the task's events after seq N, then live ones, then `end`."""
 
+    waiter: TaskWatch  # made by make_waiter, below
+
     async def open(self) -> None:
         self.since = parse_since(self.scope, "the last seq you saw")
         self.task = await database_sync_to_async(actions.get_task)(self.scope["url_route"]["kwargs"]["task_id"])

@@ -83,6 +83,8 @@ def reason_of(data: dict) -> str:
 
 
 def _seconds_between(start: str | None, end: str | None) -> float | None:
+    if start is None or end is None:
+        return None
     try:
         return round((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds(), 3)
     except (TypeError, ValueError):
@@ -114,7 +116,8 @@ class StreamTranslator:
     def translate(self, event: dict) -> list[Frame]:
         """Bridge's own event (with hbridge's flat fields where the name is shared), then hbridge's extra events."""
         kind = str(event.get("kind", ""))
-        data = event.get("data") if isinstance(event.get("data"), dict) else {}
+        raw = event.get("data")
+        data: dict = raw if isinstance(raw, dict) else {}
         own = {"type": kind, "task_id": self.task_id, **event, **self._flat(kind, data)}
         return [(kind, own, event.get("seq")), *self._extra(kind, data, event.get("time"))]
 

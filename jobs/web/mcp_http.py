@@ -79,7 +79,14 @@ class McpHttpApp:
             return await self._send(send, self._error_response(exc))
         if refused is not None:
             return await self._send(send, auth.unauthorized(refused))
-        await self.mcp_app(scope, receive, send)
+        await self.loaded_mcp_app(scope, receive, send)
+
+    @property
+    def loaded_mcp_app(self) -> Callable:
+        """The SDK's app, which `_start_session_manager` loads before any request with a valid token gets here."""
+        if self.mcp_app is None:
+            raise RuntimeError("the MCP app is not loaded: _start_session_manager loads it first")
+        return self.mcp_app
 
     @staticmethod
     def _error_response(exc: Exception) -> HttpResponse:

@@ -79,6 +79,33 @@ def api_answers_json(get_response: Callable) -> Callable:
     return answer
 
 
+# The code for an error Django or django-ninja answered without one, by its HTTP status.
+_CODE_BY_STATUS: dict[int, ErrorCode] = {
+    400: ErrorCode.BAD_REQUEST,
+    401: ErrorCode.UNAUTHENTICATED,
+    403: ErrorCode.REFUSED,
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    409: ErrorCode.CONFLICT,
+    413: ErrorCode.TOO_LARGE,
+    414: ErrorCode.URI_TOO_LONG,
+    422: ErrorCode.INVALID_REQUEST,
+    431: ErrorCode.HEADERS_TOO_LARGE,
+}
+
+
+def _code_for(reason: str, status: int) -> ErrorCode:
+    """The code named by the reason phrase ("Method Not Allowed": method_not_allowed) when it is one, else the one
+    for the status; any other status is internal_error (5xx) or bad_request."""
+    try:
+        return ErrorCode(reason.lower().replace(" ", "_"))
+    except ValueError:
+        pass
+    if status in _CODE_BY_STATUS:
+        return _CODE_BY_STATUS[status]
+    return ErrorCode.INTERNAL_ERROR if status >= 500 else ErrorCode.BAD_REQUEST
+
+
 def as_json_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     """`response` as it is, unless it is an error under /v1/ in another shape than JSON: then that error as JSON."""
     if (
@@ -91,7 +118,7 @@ def as_json_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     message = f"{reason.lower()}: {request.method} {request.path[:200]}"
     if response.has_header("Allow"):
         message += f" takes only {response['Allow']}"
-    error = BridgeError(message, code=reason.lower().replace(" ", "_"), http_status=response.status_code)
+    error = BridgeError(message, code=_code_for(reason, response.status_code), http_status=response.status_code)
     answer = JsonResponse(error.as_dict(), status=response.status_code)
     for header in ("Allow", "Retry-After", "WWW-Authenticate"):
         if response.has_header(header):

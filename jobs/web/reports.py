@@ -73,8 +73,8 @@ def usage_by_directory() -> list[dict]:
 
 def usage_by_session(limit: int = 50) -> list[dict]:
     """The costliest agent sessions: each one's total (the sum of its tasks' own costs) and its tasks."""
-    rows = AgentSession.objects.annotate(tasks_count=Count("tasks"), tokens=Coalesce(Sum(_tokens("tasks__")), 0))
-    rows = rows.values("pk", "agent", "session_id", "title", "cwd", "total_cost_usd", "tasks_count", "tokens")
+    sessions = AgentSession.objects.annotate(tasks_count=Count("tasks"), tokens=Coalesce(Sum(_tokens("tasks__")), 0))
+    rows = sessions.values("pk", "agent", "session_id", "title", "cwd", "total_cost_usd", "tasks_count", "tokens")
     return list(rows.order_by("-total_cost_usd", "-pk")[:limit])
 
 

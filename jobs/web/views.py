@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from functools import wraps
+from typing import TypeVar
 
 from django.conf import settings
 from django.contrib import messages
@@ -104,11 +105,14 @@ async def _stream(task: Task, since: int) -> AsyncIterator[bytes]:
         watch.close()
 
 
-def json_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+_Result = TypeVar("_Result")
+
+
+def json_errors(view: Callable[..., _Result]) -> Callable[..., _Result | JsonResponse]:
     """The JSON endpoints' one error path: a refusal becomes {"error", "code", …} with its HTTP status."""
 
     @wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+    def wrapper(request: HttpRequest, *args, **kwargs) -> _Result | JsonResponse:
         try:
             return view(request, *args, **kwargs)
         except BridgeError as exc:
@@ -145,7 +149,7 @@ def _open_stream(request: HttpRequest) -> tuple[Task, int] | HttpResponse:
     return actions.get_task(task_id), since
 
 
-def task_stream(request: HttpRequest) -> HttpResponse:
+def task_stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     """SSE in Bridge's and hbridge's vocabularies (web/hbridge.py): Bridge's events have `id:` = seq (resume with
     Last-Event-ID or ?since=); the stream opens with `connected` and ends with `end`, then hbridge's `done`.
 
@@ -295,7 +299,7 @@ def decide(request: HttpRequest, task_id: str, request_id: str) -> JsonResponse:
     task = actions.get_task(task_id)
     form = DecisionForm(request.POST)
     if not form.is_valid():
-        problems = "; ".join(e for errors in form.errors.values() for e in errors)
+        problems = "; ".join(str(e) for errors in form.errors.values() for e in errors)
         raise InvalidInput(problems)
     data = form.cleaned_data
     perm = actions.decide_permission(
@@ -343,6 +347,8 @@ class LoginView(auth_views.LoginView):
 def favicon(request: HttpRequest) -> FileResponse:
     """/favicon.ico, which browsers ask for on their own: the icon the pages link to."""
     path = finders.find("bridge/favicon.ico")
+    if path is None:
+        raise RuntimeError("bridge/favicon.ico is missing from the static files")
     return FileResponse(open(path, "rb"), content_type="image/x-icon")  # noqa: SIM115 - FileResponse closes it
 
 

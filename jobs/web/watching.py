@@ -136,6 +136,8 @@ class Sweep:
             return
         self.outage.recovered()
         for watch in watches:
-            mark = marks.get(watch.task_pk)
-            if mark is None or mark[0] > watch.seen[0] or mark[1:] != watch.seen[1:]:
+            mark, seen = marks.get(watch.task_pk), watch.seen
+            if seen is None:
+                continue  # cannot happen: `seen` is only ever set, and these watches had it set before the read
+            if mark is None or mark[0] > seen[0] or mark[1:] != seen[1:]:
                 watch.waiter.wake()

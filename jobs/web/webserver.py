@@ -40,6 +40,7 @@ import logging
 import weakref
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from a2wsgi.wsgi import build_environ
 from daphne.server import Server
@@ -52,6 +53,11 @@ from zope.interface import implementer
 
 from jobs import processes
 from jobs.core.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from a2wsgi.asgi_typing import HTTPScope
+    from a2wsgi.wsgi_typing import Environ
+    from twisted.internet.interfaces import IDelayedCall, ITransport
 
 log = logging.getLogger("jobs")
 
@@ -79,11 +85,11 @@ class PooledDjango:
         self.wsgi = wsgi
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="web")
 
-    async def __call__(self, scope: dict, receive, send) -> None:
+    async def __call__(self, scope: HTTPScope, receive, send) -> None:
         body = await read_body(receive, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
         if body is None:
             return  # the client left before its request was whole
-        environ = build_environ(scope, io.BytesIO(body))
+        environ = build_environ(scope, io.BytesIO(body))  # type: ignore[arg-type]  # a2wsgi: any file-like body
         call = contextvars.copy_context().run
         status, headers, content = await asyncio.get_running_loop().run_in_executor(
             self.pool, call, self.respond, environ
@@ -94,7 +100,7 @@ class PooledDjango:
         else:
             await stream_until_gone(content, receive, send)
 
-    def respond(self, environ: dict) -> tuple[int, list[tuple[bytes, bytes]], bytes | AsyncIterator[bytes]]:
+    def respond(self, environ: Environ) -> tuple[int, list[tuple[bytes, bytes]], bytes | AsyncIterator[bytes]]:
         """(status, headers, body) of the WSGI app's answer, on a pool thread; the body is an async iterator when the
         response streams from one."""
         started: list = []
@@ -197,13 +203,20 @@ class HttpChannel(http.HTTPChannel):
             f"{MAX_REQUEST_HEAD_BYTES} bytes in all",
         )
 
+    @property
+    def connected_transport(self) -> ITransport:
+        """The connection's transport, which Twisted sets before it hands the channel any data."""
+        if self.transport is None:
+            raise RuntimeError("HttpChannel has no transport: it is not connected")
+        return self.transport
+
     def refuse(self, status: int, code: ErrorCode, message: str) -> None:
         body = json.dumps({"error": message, "code": code}).encode()
         head = (
             f"HTTP/1.1 {status} {HTTP_REASONS[status].decode()}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         )
-        self.transport.write(head.encode() + body)
+        self.connected_transport.write(head.encode() + body)  # type: ignore[call-arg,misc]  # zope: no self in the stub
         self.loseConnection()
 
 
@@ -240,7 +253,7 @@ class AcceptTurns:
     def __init__(self) -> None:
         self.ports: list = []
         self.held: weakref.WeakSet = weakref.WeakSet()
-        self.resuming = None
+        self.resuming: IDelayedCall | None = None
 
     def listening(self, port) -> None:
         port.numberAccepts = 1
@@ -253,7 +266,8 @@ class AcceptTurns:
         held = sum(1 for each in self.held if each.connected)
         for port in self.ports:
             port.stopReading()
-        self.resuming = reactor.callLater(ACCEPT_TURN_S * min(held, ACCEPT_TURN_MAX_HELD), self.resume)
+        delay = ACCEPT_TURN_S * min(held, ACCEPT_TURN_MAX_HELD)
+        self.resuming = reactor.callLater(delay, self.resume)  # type: ignore[arg-type]  # zope method: no self in stub
 
     def resume(self) -> None:
         self.resuming = None
@@ -298,7 +312,8 @@ class FlowControlledServer(Server):
 
     @http_factory.setter
     def http_factory(self, factory: http.HTTPFactory) -> None:  # Daphne makes its factory inside run()
-        factory.protocol = functools.partial(HttpChannel, accept_turns=self.accept_turns)
+        channel = functools.partial(HttpChannel, accept_turns=self.accept_turns)
+        factory.protocol = channel  # type: ignore[method-assign,assignment]  # Twisted types it as its own factory
         self._http_factory = factory
 
     async def handle_reply(self, protocol, message) -> None:
@@ -356,14 +371,14 @@ def serve(
     """Serve `application` (static files too) until `stop_serving()`; return why it could not listen, or "". The first
     stop signal calls `drain` on the server's thread (default: stop serving), the second `now`."""
     server = FlowControlledServer(
-        application=ASGIStaticFilesHandler(application),
+        application=ASGIStaticFilesHandler(application),  # type: ignore[arg-type]  # any ASGI app, not only Django's
         endpoints=endpoints,
         signal_handlers=False,  # ours, below: a first stop may drain while the server goes on serving
         verbosity=0,
         shares_socket=shares_socket,
         on_listening=on_listening,
     )
-    first = drain or (lambda name: reactor.stop())
+    first = drain or (lambda name: reactor.stop())  # type: ignore[misc]  # zope method: no self in stub
     with processes.on_stop_signals(
         lambda name: reactor.callFromThread(first, name),
         None if now is None else lambda name: reactor.callFromThread(now, name),
@@ -374,7 +389,7 @@ def serve(
 
 def stop_serving() -> None:
     """End `serve` (from any thread)."""
-    reactor.callFromThread(reactor.stop)
+    reactor.callFromThread(reactor.stop)  # type: ignore[misc]  # zope method: no self in stub
 
 
 def _peer(protocol) -> str:

@@ -1,6 +1,7 @@
 """One list of error codes (`ErrorCode`): every refusal names one, and the README and the OpenAPI schema show it."""
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -88,3 +89,18 @@ def test_the_openapi_schema_lists_every_code():
     schemas = schema["components"]["schemas"]
     assert schemas["ErrorOut"]["properties"]["code"]["$ref"] == "#/components/schemas/ErrorCode"
     assert schemas["ErrorCode"]["enum"] == [code.value for code in ErrorCode]
+
+
+@pytest.mark.parametrize("status", range(400, 600))
+def test_an_error_django_answers_in_another_shape_under_v1_becomes_json_with_a_listed_code(status):
+    """Whatever status Django or django-ninja answered with, the JSON body names a code on the list (a reason phrase
+    such as "Forbidden" is not one, and must not fail the answer)."""
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from jobs.web.middleware import as_json_error
+
+    request = RequestFactory().get("/v1/tasks")
+    answer = as_json_error(request, HttpResponse("plain text", status=status, content_type="text/plain"))
+    assert answer.status_code == status and answer["Content-Type"] == "application/json"
+    assert json.loads(answer.content)["code"] in set(ErrorCode)
