@@ -1,10 +1,10 @@
 """The transcript: events appended with gap-free seqs, and read back in order."""
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Field
 from django.utils import timezone
 
 from jobs.actions import rows
@@ -49,7 +49,7 @@ def _take_seqs(task_pk: int, count: int) -> int:
 def _insert_events(task_pk: int, first: int, events: list[tuple[str, dict]]) -> None:
     meta, ops = TaskEvent._meta, connection.ops
     names = ("task", "seq", "kind", "data", "created_at")
-    columns = ", ".join(ops.quote_name(meta.get_field(name).column) for name in names)
+    columns = ", ".join(ops.quote_name(cast(Field, meta.get_field(name)).column) for name in names)  # concrete fields
     sql = f"INSERT INTO {ops.quote_name(meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(names))})"
     encoder, now = meta.get_field("data").encoder, ops.adapt_datetimefield_value(timezone.now())
     rows = [

@@ -61,7 +61,7 @@ def orphan_others(current: Worker) -> list[Task]:
     return [task for task in settle_orphans(others) if task.status == Status.ORPHANED]
 
 
-def _dead_workers(pks: set[int | None]) -> tuple[dict[int, Worker], set[int | None]]:
+def _dead_workers(pks: set[int | None]) -> tuple[dict[int | None, Worker], set[int | None]]:
     """These supervisors' rows, and which of `pks` are dead (gone from the table, or None, counts as dead)."""
     workers = Worker.objects.in_bulk(pks - {None})
     return workers, {pk for pk in pks if pk not in workers or not worker_is_alive(workers[pk])}
@@ -108,7 +108,12 @@ def orphan(task: Task, worker: Worker | None) -> Task:
     else:
         reason = f"its supervisor ({worker.name}, pid {worker.pid}) stopped while the task was running"
     maybe_here = worker is None or worker.host == socket.gethostname()  # a gone row's host is unknown: look here
-    if maybe_here and worker is not None and processes.same_process(task.pid, task.process_create_time):
+    if (
+        maybe_here
+        and worker is not None
+        and task.pid is not None  # as same_process would say, for mypy
+        and processes.same_process(task.pid, task.process_create_time)
+    ):
         processes.kill_tree(task.pid, task.process_create_time)  # and everything still in its group
         reason += "; the agent process was still alive and has been killed"
     if maybe_here:

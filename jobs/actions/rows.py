@@ -22,8 +22,9 @@ from functools import cache
 from typing import Any, TypeVar
 
 from django.db import connections
-from django.db.models import Field, Model, QuerySet
+from django.db.models import Field, ForeignObject, ForeignObjectRel, Model, QuerySet
 from django.db.models.expressions import Col
+from django.db.models.fields.mixins import FieldCacheMixin
 
 M = TypeVar("M", bound=Model)
 _compiled_statements: dict[tuple, tuple[str, tuple]] = {}  # see `compiled`
@@ -89,12 +90,14 @@ def refresh(instance: Model, using: str = "default") -> None:
     model = type(instance)
     found = select(model, using=using, **{model._meta.pk.attname: instance.pk})
     if not found:
-        raise model.DoesNotExist(f"{model.__name__} {instance.pk} is gone")
+        gone = model.DoesNotExist  # type: ignore[attr-defined]  # each model class has one; type[Model] has not
+        raise gone(f"{model.__name__} {instance.pk} is gone")
     for field in model._meta.concrete_fields:
         setattr(instance, field.attname, getattr(found[0], field.attname))
-    for field in [*model._meta.concrete_fields, *model._meta.related_objects]:
-        if field.is_relation and field.is_cached(instance):
-            field.delete_cached_value(instance)
+    relations: list[Field | ForeignObjectRel] = [*model._meta.concrete_fields, *model._meta.related_objects]
+    for relation in relations:  # each relation of either list is a FieldCacheMixin (RelatedField, ForeignObjectRel)
+        if isinstance(relation, FieldCacheMixin) and relation.is_relation and relation.is_cached(instance):
+            relation.delete_cached_value(instance)
 
 
 def _converted(row: tuple, statement: "Statement", connection) -> list:
@@ -151,19 +154,17 @@ def _statement(
     columns, converters = _columns(model, meta.db_table, 0, connection)
     joins, joined = [], []
     for number, name in enumerate(related):
-        key = meta.get_field(name)
+        key, target = _foreign_key(model, name)
         alias = f"related{number}"
         joins.append(
-            f" LEFT OUTER JOIN {quote(key.related_model._meta.db_table)} {quote(alias)} ON "
+            f" LEFT OUTER JOIN {quote(target._meta.db_table)} {quote(alias)} ON "
             f"{quote(alias)}.{quote(key.target_field.column)} = {table}.{quote(key.column)}"
         )
         start = len(columns)
-        more, more_converters = _columns(key.related_model, alias, start, connection)
+        more, more_converters = _columns(target, alias, start, connection)
         columns += more
         converters += more_converters
-        joined.append(
-            Joined(name, key.related_model, start, [f.attname for f in key.related_model._meta.concrete_fields])
-        )
+        joined.append(Joined(name, target, start, [f.attname for f in target._meta.concrete_fields]))
     sql = f"SELECT {', '.join(columns)} FROM {table}{''.join(joins)}"
     if conditions:
         sql += " WHERE " + " AND ".join(conditions)
@@ -185,10 +186,19 @@ def _columns(model: type[Model], alias: str, start: int, connection) -> tuple[li
     for position, field in enumerate(model._meta.concrete_fields, start):
         columns.append(f"{quote(alias)}.{quote(field.column)}")
         column = field.get_col(alias)
-        field_converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+        own = field.get_db_converters(connection)  # type: ignore[attr-defined]  # Field has it; its stubs do not
+        field_converters = connection.ops.get_db_converters(column) + own
         if field_converters:
             converters.append((position, field_converters, column))
     return columns, converters
+
+
+def _foreign_key(model: type[Model], name: str) -> tuple[ForeignObject, type[Model]]:
+    """A foreign key by its name, and the model it points to (a class once the apps are loaded, never "self")."""
+    key = model._meta.get_field(name)
+    if not isinstance(key, ForeignObject) or isinstance(key.related_model, str):
+        raise ValueError(f"{model.__name__}.{name} is not a foreign key")
+    return key, key.related_model
 
 
 def _field(model: type[Model], name: str) -> Field:

@@ -3,10 +3,10 @@
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, Field, Q, QuerySet
 from django.utils import timezone
 
 from jobs.actions import rows
@@ -89,7 +89,7 @@ def _take(pk: int, worker: Worker) -> bool:
     """Mark a queued task running under `worker`; False when another claim took it first. One UPDATE, written here for
     the reason `_queued_for` is built once."""
     meta, quote = Task._meta, connection.ops.quote_name
-    status, worker_id, started_at, wait = (quote(meta.get_field(name).column) for name in TAKEN_FIELDS)
+    status, worker_id, started_at, wait = (quote(cast(Field, meta.get_field(name)).column) for name in TAKEN_FIELDS)
     sql = (
         f"UPDATE {quote(meta.db_table)} SET {status} = %s, {worker_id} = %s, {started_at} = %s, {wait} = ''"
         f" WHERE {quote(meta.pk.column)} = %s AND {status} = %s"
@@ -185,7 +185,8 @@ def finish_task(
     stderr_tail: str = "",
 ) -> Task:
     """Record the end of a run; pending permission requests that outlive their task become cancelled."""
-    reported = {k: usage[k] for k in USAGE_FIELDS if (usage or {}).get(k) is not None}
+    given = usage or {}
+    reported = {k: given[k] for k in USAGE_FIELDS if given.get(k) is not None}
     with transaction.atomic():
         usage, how = own_usage(task, reported)
         updated = (

@@ -30,7 +30,7 @@ MAX_REASON_CHARS = 2_000
 MAX_ARGV_CHARS = 200  # one value in an agent's argv (docs/architecture.md, "Confinement before execution")
 SHOWN_ID_CHARS = 36  # a UUID as text: a longer id is shown shortened in the answer
 # Which options each agent takes; every adapter's options are checked here, once.
-AGENT_OPTIONS = {
+AGENT_OPTIONS: dict[str, set[str]] = {  # by Agent, a str: a spec's agent text finds its entry
     Agent.CLAUDE: {"model", "max_turns", "allowed_tools"},
     Agent.HERMES: {"model", "max_turns", "skills", "toolsets"},
 }

@@ -4,6 +4,7 @@ import hashlib
 import re
 import secrets
 from datetime import timedelta
+from typing import cast
 
 from django.db import transaction
 from django.db.models import QuerySet
@@ -17,7 +18,7 @@ from jobs.models import ApiToken
 TOKEN_PREFIX = "brg_"
 PREFIX_LEN = len(TOKEN_PREFIX) + 8
 LAST_USED_RESOLUTION = timedelta(minutes=1)
-MAX_NAME_CHARS = ApiToken._meta.get_field("name").max_length
+MAX_NAME_CHARS = cast(int, ApiToken._meta.get_field("name").max_length)  # a CharField's: always set
 TOKEN_SHAPE = re.compile(r"brg_[A-Za-z0-9_-]{16,64}")
 
 

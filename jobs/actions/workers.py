@@ -75,12 +75,15 @@ def register_worker(capacity: int, *, name: str | None = None, labels: Iterable[
     host = socket.gethostname()
     if name:
         free_name(name)
+    identity = processes.process_identity(proc.pid)
+    if identity is None:  # not reached: a process can always read its own start
+        raise RuntimeError(f"cannot read this process's start time (pid {proc.pid})")
     return Worker.objects.create(
         name=name or f"{host}:{proc.pid}:{uuid.uuid4().hex[:6]}",
         host=host,
         machine=settings.BRIDGE_MACHINE_ID,
         pid=proc.pid,
-        process_create_time=processes.process_identity(proc.pid),
+        process_create_time=identity,
         capacity=capacity,
         heartbeat_at=timezone.now(),
         roots=own_roots(),

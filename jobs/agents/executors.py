@@ -12,9 +12,10 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 import yaml
 from django.conf import settings
@@ -48,6 +49,14 @@ CLAUDE_LOGIN_FIX = (
 class Problem:
     what: str
     fix: str
+
+
+class _Named(TypedDict):
+    """The fields of an ExecutorStatus that name the executor, known before it is looked for."""
+
+    agent: str
+    setting: str
+    executable: str
 
 
 @dataclass(frozen=True)
@@ -232,7 +241,7 @@ def claude_status(environ: Mapping[str, str] | None = None, platform: str = sys.
     it."""
     environ = os.environ if environ is None else environ
     executable = settings.BRIDGE_CLAUDE_BIN
-    base = {"agent": "claude", "setting": "BRIDGE_CLAUDE_BIN", "executable": executable}
+    base: _Named = {"agent": "claude", "setting": "BRIDGE_CLAUDE_BIN", "executable": executable}
     path = _find(executable, environ)
     if path is None:
         fix = (
@@ -291,7 +300,7 @@ def hermes_status(environ: Mapping[str, str] | None = None) -> ExecutorStatus:
     """The Hermes Agent CLI at BRIDGE_HERMES_BIN, with its config under HERMES_HOME (settings.BRIDGE_HERMES_HOME)."""
     environ = os.environ if environ is None else environ
     executable = settings.BRIDGE_HERMES_BIN
-    base = {"agent": "hermes", "setting": "BRIDGE_HERMES_BIN", "executable": executable}
+    base: _Named = {"agent": "hermes", "setting": "BRIDGE_HERMES_BIN", "executable": executable}
     path = _find(executable, environ)
     if path is None:
         what = f"the Hermes Agent CLI was not found: BRIDGE_HERMES_BIN={executable!r} is not on PATH"
@@ -336,7 +345,11 @@ def executor_report(environ: Mapping[str, str] | None = None) -> list[ExecutorSt
 
 def executor_status(agent: str, environ: Mapping[str, str] | None = None) -> ExecutorStatus:
     """One agent's executor ("claude" or "hermes"), e.g. before starting a supervisor that would run it."""
-    return {"claude": claude_status, "hermes": hermes_status}[agent](environ)
+    statuses: dict[str, Callable[[Mapping[str, str] | None], ExecutorStatus]] = {
+        "claude": claude_status,
+        "hermes": hermes_status,
+    }
+    return statuses[agent](environ)
 
 
 def startup_lines(report: list[ExecutorStatus]) -> list[str]:

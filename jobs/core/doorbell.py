@@ -206,9 +206,9 @@ class _Listener:
     def _release(self) -> None:
         with self._lock:
             self._users -= 1
-            if self._users or self._thread is None:
-                return
             thread, loop, changed, stopping = self._thread, self._loop, self._changed, self._stopping
+            if self._users or thread is None or loop is None or changed is None or stopping is None:
+                return  # not listening (`start` sets the four together, and this clears them together)
             self._thread = self._loop = self._changed = self._stopping = None
 
         def stop_now() -> None:
@@ -385,9 +385,13 @@ class _LocalBell:
 
     def send(self, key: str) -> None:
         data = key.encode()[:MAX_KEY_BYTES]
-        for port in self._current_peers():
+        peers = self._current_peers()
+        sender = self._sender
+        if sender is None:  # no peer has been found yet (the socket is made with the first)
+            return
+        for port in peers:
             try:
-                self._sender.sendto(data, (LOOPBACK, port))
+                sender.sendto(data, (LOOPBACK, port))
             except OSError:  # that process is gone: its entry is removed by the next one that starts listening
                 pass
 

@@ -2,6 +2,7 @@
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 
 from django.conf import settings
@@ -17,7 +18,7 @@ def allowed_roots() -> list[Path]:
     return [root.resolve() for root in settings.BRIDGE_ALLOWED_ROOTS]
 
 
-def is_inside(path: PurePath, roots: list[PurePath], platform: str = PLATFORM) -> bool:
+def is_inside(path: PurePath, roots: Sequence[PurePath], platform: str = PLATFORM) -> bool:
     """Whether `path` is a root or lies below one, by the file system's own rules.
 
     Paths compare by their text first, as `within` does (without case where the file system ignores case); where

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
+from typing import cast
 from urllib.parse import urlsplit
 
 import yaml
@@ -267,7 +268,7 @@ def claude_desktop_places(
 def claude_desktop_configs(home: Path, environ: Mapping[str, str], platform: str) -> list[Path]:
     """The config file of every Claude Desktop install found: where its directory exists, file or not yet."""
     found: list[Path] = []
-    for place in claude_desktop_places(home, environ, platform, path_type=Path):
+    for place in cast(list[Path], claude_desktop_places(home, environ, platform, path_type=Path)):  # Paths, so
         parts = place.parts
         if any("*" in part for part in parts):
             star = next(i for i, part in enumerate(parts) if "*" in part)
@@ -373,7 +374,8 @@ def read_text_if_exists(path: Path) -> str | None:
 
 def with_line_endings_of(text: str, existing: str | None) -> str:
     """`text` with the line endings of `existing` (its first line's): a CRLF file is written back as CRLF."""
-    first = (existing or "").find("\n")
+    existing = existing or ""
+    first = existing.find("\n")
     if first > 0 and existing[first - 1] == "\r":
         return text.replace("\r\n", "\n").replace("\n", "\r\n")
     return text

@@ -135,5 +135,12 @@ def spawn_sharing(argv: Sequence[str], fd: int, *, env: dict[str, str], cwd: str
     """A web process that inherits the listening socket `fd`, in a session of its own (a terminal's Ctrl-C reaches
     only the parent, which stops it when it is done), reading its stdin: the pipe closes when the parent closes it or
     dies, however it dies, and the web process stops then. Its stdout is a pipe to the parent, for "serving"."""
-    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
-    return subprocess.Popen(list(argv), pass_fds=[fd], start_new_session=True, env=env, cwd=cwd, **pipes)
+    return subprocess.Popen(
+        list(argv),
+        pass_fds=[fd],
+        start_new_session=True,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )

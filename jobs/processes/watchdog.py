@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import IO
 
 from jobs.processes.tree import freeze, kill, process_identity, same_process, signal_group, tagged
 
@@ -28,7 +29,7 @@ class Watchdog:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._watched: dict[int, tuple[float, bool, str]] = {}
 
     @property
@@ -58,17 +59,24 @@ class Watchdog:
         """Close our end of the pipe, as the supervisor's exit would: the sidecar kills what it watches."""
         with self._lock:
             if self._proc is not None:
-                self._proc.stdin.close()
+                self._stdin().close()
                 self._proc.wait()
                 self._proc = None
 
     def _write(self, entries: dict[int, tuple[float, bool, str]]) -> None:
         lines = "".join(f"{pid} {created!r} {int(group)} {tag}\n" for pid, (created, group, tag) in entries.items())
-        self._proc.stdin.write(lines.encode())
-        self._proc.stdin.flush()
+        stdin = self._stdin()
+        stdin.write(lines.encode())
+        stdin.flush()
+
+    def _stdin(self) -> IO[bytes]:
+        """The write end of the pipe to the sidecar (asked for only once `_start` has made it, with stdin=PIPE)."""
+        if self._proc is None or self._proc.stdin is None:
+            raise RuntimeError("the process watchdog has not been started")
+        return self._proc.stdin
 
     @staticmethod
-    def _start() -> subprocess.Popen:
+    def _start() -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [sys.executable, "-c", SIDECAR_CODE],
             cwd=PROJECT_ROOT,

@@ -9,6 +9,7 @@ import contextlib
 import ctypes
 import logging
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import IO
@@ -85,7 +86,9 @@ class Win32:
     def _call(self, name: str, *args: object) -> int:
         result = getattr(self._k, name)(*args)
         if not result:
-            raise ctypes.WinError(ctypes.get_last_error())
+            if sys.platform == "win32":  # WinError and get_last_error exist only there (and mypy checks per platform)
+                raise ctypes.WinError(ctypes.get_last_error())
+            raise OSError(f"{name} failed")  # not reached: Win32() refuses to start off Windows
         return result
 
     def CreateJobObjectW(self) -> int:
