@@ -107,16 +107,11 @@ def orphan(task: Task, worker: Worker | None) -> Task:
         reason = "its supervisor is gone (no record of it is left)"
     else:
         reason = f"its supervisor ({worker.name}, pid {worker.pid}) stopped while the task was running"
-    maybe_here = worker is None or worker.host == socket.gethostname()  # a gone row's host is unknown: look here
-    if (
-        maybe_here
-        and worker is not None
-        and task.pid is not None  # as same_process would say, for mypy
-        and processes.same_process(task.pid, task.process_create_time)
-    ):
+    here = worker is not None and worker.host == socket.gethostname()
+    if here and task.pid is not None and processes.same_process(task.pid, task.process_create_time):
         processes.kill_tree(task.pid, task.process_create_time)  # and everything still in its group
         reason += "; the agent process was still alive and has been killed"
-    if maybe_here:
+    if here or worker is None:  # a gone row's host is unknown; what carries the task's tag here is the task's
         processes.kill_tagged(str(task.public_id), task.process_create_time)
     task = mark_orphaned(task, reason + ". Nothing was re-run.")
     log.warning("task %s orphaned: %s", task.public_id, reason)
