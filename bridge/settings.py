@@ -11,30 +11,26 @@ import dj_database_url
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
-def env_int(name: str, default: int, minimum: int = 0) -> int:
+def _env_number(name: str, default: float, minimum: float, parse: Callable[[str], float], noun: str) -> float:
+    """The number a variable holds, or `default` when it is unset; any other value stops the start-up, naming it."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     try:
-        value = int(raw)
+        value = parse(raw)
     except ValueError:
-        raise SystemExit(f"{name}={raw!r} is not a whole number") from None
-    if value < minimum:
-        raise SystemExit(f"{name}={value} must be at least {minimum}")
-    return value
-
-
-def env_float(name: str, default: float, minimum: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SystemExit(f"{name}={raw!r} is not a number") from None
+        raise SystemExit(f"{name}={raw!r} is not {noun}") from None
     if not value >= minimum:
         raise SystemExit(f"{name}={value} must be at least {minimum}")
     return value
+
+
+def env_int(name: str, default: int, minimum: int = 0) -> int:
+    return int(_env_number(name, default, minimum, int, "a whole number"))
+
+
+def env_float(name: str, default: float, minimum: float) -> float:
+    return _env_number(name, default, minimum, float, "a number")
 
 
 TRUE_WORDS = ("1", "true", "yes", "on")

@@ -17,6 +17,7 @@ from django.utils.html import format_html, format_html_join
 
 from jobs import actions
 from jobs.core.errors import BridgeError
+from jobs.core.vocabulary import TOKEN_FIELDS
 from jobs.models import AgentSession, ApiToken, PermissionRequest, Task, TaskEvent, Worker
 
 if TYPE_CHECKING:
@@ -108,10 +109,7 @@ class TaskAdmin(ReadOnlyAdmin):
                     "own_cost",
                     "session_total",
                     "how_cost_was_counted",
-                    "input_tokens",
-                    "output_tokens",
-                    "cache_creation_input_tokens",
-                    "cache_read_input_tokens",
+                    *TOKEN_FIELDS,
                     "num_turns",
                 )
             },

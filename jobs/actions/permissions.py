@@ -48,19 +48,22 @@ def record_permission_request(
     return perm
 
 
+PERMISSION_FIELDS_SHOWN = (
+    "request_id",
+    "tool_name",
+    "input",
+    "tool_use_id",
+    "status",
+    "updated_input",
+    "message",
+    "decided_by",
+    "decided_via",
+)
+
+
 def permission_data(perm: PermissionRequest) -> dict:
     """A permission request as events and every adapter show it."""
-    return {
-        "request_id": perm.request_id,
-        "tool_name": perm.tool_name,
-        "input": perm.input,
-        "tool_use_id": perm.tool_use_id,
-        "status": perm.status,
-        "updated_input": perm.updated_input,
-        "message": perm.message,
-        "decided_by": perm.decided_by,
-        "decided_via": perm.decided_via,
-    }
+    return {field: getattr(perm, field) for field in PERMISSION_FIELDS_SHOWN}
 
 
 def pending_permissions(task: Task | None = None) -> list[PermissionRequest]:

@@ -15,17 +15,10 @@ from jobs.actions.permissions import cancel_open_permissions
 from jobs.actions.workers import answers_to, live_supervisors, servable_by, serves, wait_reason
 from jobs.core import doorbell, paths
 from jobs.core.errors import BridgeError
-from jobs.core.vocabulary import Agent, Status
+from jobs.core.vocabulary import TOKEN_FIELDS, Agent, Status
 from jobs.models import AgentSession, PermissionRequest, Task, TaskEvent, Worker
 
-USAGE_FIELDS = (
-    "cost_usd",
-    "input_tokens",
-    "output_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-    "num_turns",
-)
+USAGE_FIELDS = ("cost_usd", *TOKEN_FIELDS, "num_turns")
 
 # The usage figures an agent reports as its session's running total rather than for one run. Measured with the real
 # CLIs (tests/fakes/NOTES.md, "Usage across --resume"): Claude's `total_cost_usd` carries on from the session's last

@@ -96,8 +96,13 @@ class BridgeError(Exception):
     """A request Bridge refuses. `code` defaults to the class's; a raise site may name a more precise one, whose
     HTTP status (MEANINGS) then goes with it unless `http_status` says otherwise."""
 
-    http_status = 400
     code = ErrorCode.INVALID_INPUT
+    http_status = MEANINGS[code].http_status
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """A subclass names its code; its HTTP status is that code's, so the pair is written once, in MEANINGS."""
+        super().__init_subclass__(**kwargs)
+        cls.http_status = MEANINGS[cls.code].http_status
 
     def __init__(
         self, message: str, *, code: ErrorCode | None = None, http_status: int | None = None, **detail: object
@@ -117,32 +122,39 @@ class BridgeError(Exception):
 
 
 class InvalidInput(BridgeError):
-    http_status = 400
+    """A value the caller can correct and send again; the message names the field and what it takes."""
+
     code = ErrorCode.INVALID_INPUT
 
 
 class Unauthenticated(BridgeError):
-    http_status = 401
+    """No usable credentials: `reason` says whether they were missing, malformed, unknown or revoked."""
+
     code = ErrorCode.UNAUTHENTICATED
 
 
 class Refused(BridgeError):
-    http_status = 403
+    """Understood and well-formed, but not allowed here: a cwd or path outside the allowed roots, an executor
+    that cannot run. Sending it again changes nothing until the setting it names does."""
+
     code = ErrorCode.REFUSED
 
 
 class NotFound(BridgeError):
-    http_status = 404
+    """Nothing by that id (a task, a permission request, a session)."""
+
     code = ErrorCode.NOT_FOUND
 
 
 class Conflict(BridgeError):
-    http_status = 409
+    """The request fits no longer: the task or request moved on (ended, answered) since the caller looked."""
+
     code = ErrorCode.CONFLICT
 
 
 class QueueFull(BridgeError):
-    http_status = 429
+    """Back-pressure: BRIDGE_MAX_QUEUED tasks wait already; send it again once some have started."""
+
     code = ErrorCode.QUEUE_FULL
 
 
@@ -151,7 +163,6 @@ class DatabaseBusy(BridgeError):
     connection slot left, or SQLite's write lock stayed taken. Nothing was done; the same request may be sent again
     after `retry_after_s` (HTTP adapters also send it as Retry-After)."""
 
-    http_status = 503
     code = ErrorCode.DATABASE_BUSY
 
     def __init__(self, retry_after_s: int) -> None:

@@ -28,6 +28,9 @@ class Status(StrEnum):
 
 TERMINAL_STATUSES = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED, Status.TIMEOUT, Status.ORPHANED})
 
+# The token counts a run reports, by the names Claude Code's `usage` gives them and the task's fields keep.
+TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
 
 class PermissionMode(StrEnum):
     APPROVE = "approve"

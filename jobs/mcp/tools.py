@@ -72,6 +72,15 @@ def _listify(value: list[str] | str | None) -> list[str] | None:
 # --- starting jobs --------------------------------------------------------------------------------------
 
 
+def _spec(
+    agent: Agent, task: str, cwd: str | None, timeout_s: int | None, options: dict[str, Any], **more: Any
+) -> actions.TaskSpec:
+    """The task an MCP tool asks for: the arguments every run and resume tool takes, and what only some do."""
+    return actions.TaskSpec(
+        prompt=task, cwd=cwd, agent=agent, timeout_s=timeout_s, options=options, source=Source.MCP, **more
+    )
+
+
 def _start(spec: actions.TaskSpec) -> tuple[Task, list[str]]:
     actions.settle_running_tasks()  # never join an identical task whose supervisor is dead
     refusal = supervisor_starter.refusal(spec.agent)
@@ -115,16 +124,7 @@ async def hermes_run(
     target: run only on the supervisor with this name, host or label (hermes_health lists them); default any."""
     _require_hermes()
     options = dict(max_turns=max_turns, skills=_listify(skills), toolsets=_listify(toolsets))
-    spec = actions.TaskSpec(
-        prompt=task,
-        cwd=cwd,
-        agent=Agent.HERMES,
-        timeout_s=timeout_s,
-        options=options,
-        source=Source.MCP,
-        target=target or "",
-    )
-    return await _run(spec, wait_s)
+    return await _run(_spec(Agent.HERMES, task, cwd, timeout_s, options, target=target or ""), wait_s)
 
 
 @tool
@@ -141,10 +141,7 @@ async def hermes_resume(
     Hermes session Bridge ran in cwd. A session Bridge ran continues in its own cwd; another one in cwd (or the
     default)."""
     _require_hermes()
-    options = dict(max_turns=max_turns)
-    spec = actions.TaskSpec(
-        prompt=task, cwd=cwd, agent=Agent.HERMES, timeout_s=timeout_s, options=options, source=Source.MCP
-    )
+    spec = _spec(Agent.HERMES, task, cwd, timeout_s, dict(max_turns=max_turns))
     return await _resume(session_id, spec, wait_s)
 
 
@@ -163,16 +160,8 @@ async def claude_run(
     """Start a Claude Code job in cwd and wait up to wait_s seconds (default 5, at most 150). With
     permission_mode "approve" its tool requests wait for permission_decide; "bypass" allows them all.
     target: run only on the supervisor with this name, host or label (hermes_health lists them); default any."""
-    spec = actions.TaskSpec(
-        prompt=task,
-        cwd=cwd,
-        agent=Agent.CLAUDE,
-        permission_mode=permission_mode,
-        timeout_s=timeout_s,
-        options=dict(model=model, max_turns=max_turns, allowed_tools=allowed_tools),
-        source=Source.MCP,
-        target=target or "",
-    )
+    options = dict(model=model, max_turns=max_turns, allowed_tools=allowed_tools)
+    spec = _spec(Agent.CLAUDE, task, cwd, timeout_s, options, permission_mode=permission_mode, target=target or "")
     return await _run(spec, wait_s)
 
 
@@ -187,15 +176,7 @@ async def claude_resume(
     wait_s: float = 5,
 ) -> str:
     """Continue a Claude Code session (SESSION_ID from an earlier reply, or "latest" for cwd) with a new task."""
-    spec = actions.TaskSpec(
-        prompt=task,
-        cwd=cwd,
-        agent=Agent.CLAUDE,
-        permission_mode=permission_mode,
-        timeout_s=timeout_s,
-        options=dict(max_turns=max_turns),
-        source=Source.MCP,
-    )
+    spec = _spec(Agent.CLAUDE, task, cwd, timeout_s, dict(max_turns=max_turns), permission_mode=permission_mode)
     return await _resume(session_id, spec, wait_s)
 
 

@@ -22,7 +22,7 @@ from jobs import actions
 from jobs.actions.tasks import MAX_ARGV_CHARS, MAX_LIST_ENTRIES
 from jobs.core.errors import BridgeError, DatabaseBusy, ErrorCode, InvalidInput, is_database_busy
 from jobs.core.inputs import MAX_INT, MAX_PATH_BYTES, check_text
-from jobs.core.vocabulary import Agent, Status
+from jobs.core.vocabulary import TOKEN_FIELDS, Agent, Status
 from jobs.models import PermissionRequest, Task
 from jobs.web import auth, hbridge
 from jobs.web.middleware import internal_error, too_large
@@ -271,13 +271,7 @@ class PermissionIn(Strict):
 
 
 def usage_of(task: Task) -> dict:
-    return {
-        "total_cost_usd": task.cost_usd,
-        "input_tokens": task.input_tokens,
-        "output_tokens": task.output_tokens,
-        "cache_creation_input_tokens": task.cache_creation_input_tokens,
-        "cache_read_input_tokens": task.cache_read_input_tokens,
-    }
+    return {"total_cost_usd": task.cost_usd, **{field: getattr(task, field) for field in TOKEN_FIELDS}}
 
 
 def task_summary(task: Task) -> dict:

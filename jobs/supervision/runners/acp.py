@@ -11,14 +11,12 @@ from typing import Any
 from jobs.core.vocabulary import Status
 from jobs.supervision.runners.base import (
     Decision,
+    JsonLinesRunner,
     Outcome,
     PermissionAsk,
-    Runner,
     RunSpec,
     Step,
     dumps_line,
-    json_object,
-    plain_output,
 )
 
 PROTOCOL_VERSION = 1
@@ -66,7 +64,7 @@ def pick_option(options: list[dict], allow: bool) -> str | None:
     return None
 
 
-class AcpRunner(Runner):
+class AcpRunner(JsonLinesRunner):
     """One prompt in one ACP session. A subclass gives `command()`, `agent_label` and `executable_setting`, and may
     add to `session_setup()`."""
 
@@ -116,10 +114,7 @@ class AcpRunner(Runner):
         )
 
     # --- reading --------------------------------------------------------------------------------------------
-    def on_line(self, line: bytes) -> Step:
-        message = json_object(line)
-        if message is None:
-            return plain_output(line)
+    def on_message(self, message: dict) -> Step:
         if "method" in message and "id" in message:
             return self._on_request(message)
         if "method" in message:
@@ -129,7 +124,7 @@ class AcpRunner(Runner):
         return Step(events=[("raw", message)])
 
     def _on_response(self, message: dict) -> Step:
-        method = self.calls.pop(message["id"], "")  # "id" in message: _on_line sent it here
+        method = self.calls.pop(message["id"], "")  # "id" in message: on_message sent it here
         error = message.get("error")
         if error is not None:
             what = method or "a request"

@@ -132,3 +132,17 @@ class Runner(ABC):
     @abstractmethod
     def outcome(self, exit_code: int, stderr_tail: str) -> Outcome:
         """How the run ended, judged from what the child said, its exit code and its last stderr lines."""
+
+
+class JsonLinesRunner(Runner):
+    """A runner for an agent that speaks one JSON object a line; any other line is kept as plain output."""
+
+    def on_line(self, line: bytes) -> Step:
+        message = json_object(line)
+        if message is None:
+            return plain_output(line)
+        return self.on_message(message)
+
+    @abstractmethod
+    def on_message(self, message: dict) -> Step:
+        """What one JSON object from the agent meant."""

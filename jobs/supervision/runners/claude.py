@@ -9,17 +9,15 @@ import uuid
 
 from django.conf import settings
 
-from jobs.core.vocabulary import PermissionMode, Status
+from jobs.core.vocabulary import TOKEN_FIELDS, PermissionMode, Status
 from jobs.supervision.runners.base import (
     Decision,
+    JsonLinesRunner,
     Outcome,
     PermissionAsk,
-    Runner,
     RunSpec,
     Step,
     dumps_line,
-    json_object,
-    plain_output,
 )
 
 REQUEST_ID_RE = re.compile(rb'"request_id"\s*:\s*"([^"]{1,200})"')
@@ -55,7 +53,7 @@ def _tool_result_text(content: object) -> str:
     return text
 
 
-class ClaudeRunner(Runner):
+class ClaudeRunner(JsonLinesRunner):
     executable_setting = "BRIDGE_CLAUDE_BIN"
 
     def __init__(self, spec: RunSpec) -> None:
@@ -94,10 +92,7 @@ class ClaudeRunner(Runner):
     def stdin_lines(self) -> list[bytes]:
         return [user_line(self.spec.prompt)]
 
-    def on_line(self, line: bytes) -> Step:
-        message = json_object(line)
-        if message is None:
-            return plain_output(line)
+    def on_message(self, message: dict) -> Step:
         handler = getattr(self, "_on_" + str(message.get("type", "")), None)
         if handler is None:
             return Step(events=[("raw", message)])
@@ -249,15 +244,7 @@ class ClaudeRunner(Runner):
         recorded = {
             "cost_usd": result.get("total_cost_usd"),
             "num_turns": result.get("num_turns"),
-            **{
-                key: usage.get(key)
-                for key in (
-                    "input_tokens",
-                    "output_tokens",
-                    "cache_creation_input_tokens",
-                    "cache_read_input_tokens",
-                )
-            },
+            **{key: usage.get(key) for key in TOKEN_FIELDS},
         }
         text = result.get("result") or ""
         if result.get("is_error") or result.get("subtype") != "success":
