@@ -8,8 +8,9 @@ What it does, each step only when needed:
 - a virtual environment in .venv, made by the Python that runs this (rebuilt when it is broken or too old),
 - every dependency installed from its lock file, requirements/run.txt or requirements/test.txt (pinned, with
   hashes, for every platform and Python from 3.11), then the project itself; again whenever either file changes,
-- for the tests, the pinned agent CLIs, the MCP Inspector, Debian's chromium, and a second environment on the newest
-  Python found (3.12 or later), where the lock picks the newest Django the range admits, in .tools/ (git-ignored).
+- for the tests, the pinned agent CLIs, the MCP Inspector, Debian's chromium and bubblewrap, and a second environment
+  on the newest Python found (3.12 or later), where the lock picks the newest Django the range admits, in .tools/
+  (git-ignored).
 
 `lock` writes the lock files again from pyproject.toml (with uv, installed into .tools/ for it).
 """
@@ -210,17 +211,25 @@ def hermes_cli() -> None:
     run(venv_python(venv), "-m", "pip", "install", "-q", f"hermes-agent[acp]=={HERMES_VERSION}")
 
 
-def browser() -> None:
-    """Debian's chromium for the browser tests (Playwright drives it; it never downloads a browser of its own)."""
-    if shutil.which("chromium"):
+# Debian's packages the tests use, by the program each gives: chromium for the browser tests (Playwright drives it;
+# it never downloads a browser of its own), bubblewrap for the agents' sandbox (jobs/processes/sandbox.py).
+DEBIAN_PACKAGES = {"chromium": "chromium", "bwrap": "bubblewrap"}
+
+
+def debian_packages() -> None:
+    missing = [package for program, package in DEBIAN_PACKAGES.items() if not shutil.which(program)]
+    if not missing:
         return
     is_root = getattr(os, "geteuid", lambda: -1)() == 0
     if is_root and shutil.which("apt-get"):
-        say("installing chromium with apt-get")
+        say(f"installing {', '.join(missing)} with apt-get")
         run("apt-get", "update", "-qq")
-        run("apt-get", "install", "-y", "-qq", "chromium", stdout=subprocess.DEVNULL)
+        run("apt-get", "install", "-y", "-qq", *missing, stdout=subprocess.DEVNULL)
     else:
-        say("chromium is missing: install it (e.g. `sudo apt-get install chromium`); the browser tests skip without it")
+        say(
+            f"{', '.join(missing)} missing: install them (e.g. `sudo apt-get install {' '.join(missing)}`); the "
+            "browser and sandbox tests skip without them"
+        )
 
 
 def tools() -> None:
@@ -228,7 +237,7 @@ def tools() -> None:
     hermes_cli()
     inspector = f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}"
     npm_package(TOOLS / "inspector", "mcp-inspector", inspector, f"node@{NODE22_VERSION}")
-    browser()
+    debian_packages()
     newest_django()
 
 
@@ -247,9 +256,22 @@ def lint(python: Path) -> None:
 
 
 def serve(python: Path, host: str, port: int) -> int:
+    """Set up the database and the first token, then become the server. On POSIX this process turns into it (exec):
+    Ctrl-C and every other signal reach `runbridge` alone, `make` waits for it to drain, and nothing of this process
+    is left to print a traceback or keep Bridge's environment readable. Windows has no such exec: there this process
+    waits for the server, through any number of Ctrl-C or Ctrl-Break, which the console sends to both."""
     run(python, "manage.py", "migrate", "--no-input", "-v0")
     run(python, "manage.py", "token", "ensure")
-    return subprocess.call([str(python), "manage.py", "runbridge", "--host", host, "--port", str(port)], cwd=REPO)
+    argv = [str(python), "manage.py", "runbridge", "--host", host, "--port", str(port)]
+    if os.name == "posix":
+        os.chdir(REPO)
+        os.execv(python, argv)
+    server = subprocess.Popen(argv, cwd=REPO)
+    while True:
+        try:
+            return server.wait()
+        except KeyboardInterrupt:
+            continue
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as exc:
         say(str(exc))
         return 1
+    except KeyboardInterrupt:  # during the set-up: what was being installed is said above; nothing to trace
+        say("interrupted")
+        return 130
 
 
 def dispatch(args: argparse.Namespace) -> int:

@@ -161,9 +161,14 @@ class BridgeServer:
         if not found.wait(timeout) or not self.url:
             self.stop()
             raise RuntimeError(f"runbridge did not announce its URL within {timeout} s:\n{self.output()}")
+        return self.attach(self.url, self.token)
+
+    def attach(self, url: str, token: str) -> BridgeServer:
+        """Talk to the server at `url` with `token` (one this object started, or one started another way)."""
+        self.url, self.token = url, token
         self._client = httpx.Client(
-            base_url=self.url,
-            headers={"Authorization": f"Bearer {self.token}"},
+            base_url=url,
+            headers={"Authorization": f"Bearer {token}"},
             timeout=httpx.Timeout(30.0),
             trust_env=False,  # never route 127.0.0.1 through an outer proxy
         )

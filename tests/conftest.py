@@ -28,6 +28,9 @@ def fake_agent(tmp_path, settings) -> Path:
     settings.BRIDGE_KILL_GRACE_S = 1
     settings.BRIDGE_DRAIN_S = 0
     settings.BRIDGE_POLL_S = 0.2
+    # The fake agent's tests read its pids (and its children's) from here, outside any PID namespace; the sandbox has
+    # tests of its own (tests/integration/test_sandbox.py), and the real CLIs run inside it in tests/e2e/.
+    settings.BRIDGE_SANDBOX = "off"
     return script
 
 
@@ -57,6 +60,7 @@ def mcp_env(transactional_db, work_root, fake_agent, settings, tmp_path) -> dict
         "BRIDGE_CLAUDE_BIN": settings.BRIDGE_CLAUDE_BIN,
         "BRIDGE_ALLOWED_ROOTS": str(work_root),
         "BRIDGE_KILL_GRACE_S": "1",
+        "BRIDGE_SANDBOX": settings.BRIDGE_SANDBOX,
         "BRIDGE_POLL_S": "0.1",
         "BRIDGE_HERMES_BIN": str(tmp_path / "no-such-hermes"),
         "HERMES_HOME": str(tmp_path / "hermes-home"),

@@ -20,6 +20,7 @@ from typing import TypedDict
 import yaml
 from django.conf import settings
 
+from jobs import processes
 from jobs.agents import hermes_skills
 
 ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "TZ", "SHELL", "TERM")
@@ -357,4 +358,4 @@ def startup_lines(report: list[ExecutorStatus]) -> list[str]:
     lines = ["Executors:"]
     for status in report:
         lines += status.lines()
-    return lines
+    return [*lines, f"Sandbox for agents: {processes.agent_sandbox().describe()}"]

@@ -10,12 +10,14 @@ caller's: interrupt, then terminate_tree, then kill_tree; and kill_tree once mor
 whatever it left behind.
 """
 
+import os
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import IO
 
+from jobs.processes import private_env, sandbox
 from jobs.processes.exits import ExitWatcher
 from jobs.processes.portable import Cwd, Env, PortableBackend
 from jobs.processes.posix import PosixBackend
@@ -31,6 +33,7 @@ __all__ = [
     "Watchdog",
     "Win32",
     "WindowsBackend",
+    "agent_sandbox",
     "get_backend",
     "interrupt",
     "kill_tagged",
@@ -81,6 +84,13 @@ def _make(name: str) -> PortableBackend:
     return PortableBackend(watchdog=WATCHDOG)
 
 
+def agent_sandbox() -> sandbox.Sandbox:
+    """The sandbox agents run in here, as BRIDGE_SANDBOX asks (probed once per process)."""
+    from django.conf import settings  # here, not at the top: the watchdog sidecar imports this package
+
+    return sandbox.find(settings.BRIDGE_SANDBOX, PLATFORM)
+
+
 def spawn(argv: Sequence[str], *, cwd: Cwd, env: Env, stdin_pipe: bool, tag: str | None = None) -> subprocess.Popen:
     """Start an agent: stdout and stderr piped, stdin piped or /dev/null, its own group, dying with the supervisor.
     `tag` (e.g. the task's id) is inherited by everything the agent starts, so kill_tagged finds it all later.
@@ -111,9 +121,16 @@ def kill_tree(pid: int, create_time: float | None) -> None:
 
 
 def spawn_detached(argv: Sequence[str], *, cwd: Cwd, env: Env, output: IO[bytes]) -> subprocess.Popen:
-    """Start a service that outlives the process starting it (the stdio MCP server's supervisor: Claude Desktop
-    ends that server whenever it likes); stdout and stderr go to `output`."""
-    return get_backend().spawn_detached(argv, cwd=cwd, env=env, output=output)
+    """Start a Bridge service that outlives the process starting it (the stdio MCP server's supervisor: Claude
+    Desktop ends that server whenever it likes); stdout and stderr go to `output`; `env` (None: this process's)
+    reaches it privately."""
+    if PLATFORM == "win32":
+        return get_backend().spawn_detached(argv, cwd=cwd, env=env, output=output)
+    visible_env, fd = private_env.handoff(os.environ if env is None else env)
+    try:
+        return get_backend().spawn_detached(argv, cwd=cwd, env=visible_env, output=output, pass_fds=[fd])
+    finally:
+        os.close(fd)
 
 
 def kill_tagged(tag: str, born_after: float | None = None) -> None:
@@ -134,13 +151,18 @@ def can_share_listening_socket() -> bool:
 def spawn_sharing(argv: Sequence[str], fd: int, *, env: dict[str, str], cwd: str) -> subprocess.Popen:
     """A web process that inherits the listening socket `fd`, in a session of its own (a terminal's Ctrl-C reaches
     only the parent, which stops it when it is done), reading its stdin: the pipe closes when the parent closes it or
-    dies, however it dies, and the web process stops then. Its stdout is a pipe to the parent, for "serving"."""
-    return subprocess.Popen(
-        list(argv),
-        pass_fds=[fd],
-        start_new_session=True,
-        env=env,
-        cwd=cwd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
+    dies, however it dies, and the web process stops then. Its stdout is a pipe to the parent, for "serving". `env`
+    reaches it privately (jobs/processes/private_env.py)."""
+    visible_env, env_fd = private_env.handoff(env)
+    try:
+        return subprocess.Popen(
+            list(argv),
+            pass_fds=[fd, env_fd],
+            start_new_session=True,
+            env=visible_env,
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+    finally:
+        os.close(env_fd)

@@ -48,11 +48,20 @@ class PortableBackend:
         self.adopt(proc, tag)
         return proc
 
-    def spawn_detached(self, argv: Sequence[str], *, cwd: Cwd, env: Env, output: IO[bytes]) -> subprocess.Popen:
+    def spawn_detached(
+        self, argv: Sequence[str], *, cwd: Cwd, env: Env, output: IO[bytes], pass_fds: Sequence[int] = ()
+    ) -> subprocess.Popen:
         """Start a service that must outlive its starter (and the app that started that), writing to `output`: out
         of the starter's session, so a signal to the starter's group or terminal does not reach it."""
         return self.popen(
-            list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+            start_new_session=True,
+            pass_fds=tuple(pass_fds),
         )
 
     def command(self, argv: list[str], cwd: Cwd, env: Env) -> list[str]:

@@ -10,12 +10,14 @@ the supervisor's terminal does not end it before the supervisor has drained.
 """
 
 import logging
+import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import IO
 
+from jobs.processes.private_env import visible
 from jobs.processes.tree import freeze, kill, process_identity, same_process, signal_group, tagged
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,7 @@ class Watchdog:
         return subprocess.Popen(
             [sys.executable, "-c", SIDECAR_CODE],
             cwd=PROJECT_ROOT,
+            env=visible(os.environ),  # it needs none of Bridge's settings or secrets
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,

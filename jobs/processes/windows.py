@@ -128,7 +128,9 @@ class WindowsBackend(PortableBackend):
     def options(self) -> dict[str, object]:
         return {"creationflags": CREATE_NEW_PROCESS_GROUP}
 
-    def spawn_detached(self, argv: Sequence[str], *, cwd: Cwd, env: Env, output: IO[bytes]) -> subprocess.Popen:
+    def spawn_detached(
+        self, argv: Sequence[str], *, cwd: Cwd, env: Env, output: IO[bytes], pass_fds: Sequence[int] = ()
+    ) -> subprocess.Popen:
         """Out of the starter's console and group, and out of its Job Object: an app that puts its children in a
         kill-on-close job (as Electron apps may) would otherwise end the service with the starter. A job that
         forbids breaking away refuses the start; then the service starts inside it, and says so in the log."""

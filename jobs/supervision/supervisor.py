@@ -270,7 +270,7 @@ class TaskRun(threading.Thread):
 
         The cwd is confined again here, against the roots as they are now: it may have been swapped for a symlink
         since the task was created. The agent starts in the real directory that was checked, not the stored text."""
-        argv = runner.argv()
+        agent_argv = runner.argv()
         try:
             cwd = paths.resolve_cwd(self.task.cwd)
         except BridgeError as exc:
@@ -280,9 +280,12 @@ class TaskRun(threading.Thread):
             return False
         try:
             env, with_stdin, tag = runner.env(), runner.uses_stdin, str(self.task.public_id)
+            argv = processes.agent_sandbox().wrap(
+                agent_argv, path=env.get("PATH"), hidden=[settings.DATA_DIR], shown=paths.allowed_roots()
+            )
             proc = processes.spawn(argv, cwd=cwd, env=env, stdin_pipe=with_stdin, tag=tag)
         except OSError as exc:
-            error = f"could not start {argv[0]!r}: {exc.strerror or exc}"
+            error = f"could not start {agent_argv[0]!r}: {exc.strerror or exc}"
             if runner.executable_setting:
                 error += f" (the executable is set by {runner.executable_setting})"
             self._record_end(status=Status.FAILED, error=error)

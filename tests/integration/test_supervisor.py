@@ -356,6 +356,7 @@ def supervise_process(settings, extra_env: dict | None = None) -> subprocess.Pop
         "BRIDGE_ALLOWED_ROOTS": str(settings.BRIDGE_ALLOWED_ROOTS[0]),
         "BRIDGE_KILL_GRACE_S": "1",
         "BRIDGE_PROCESS_BACKEND": settings.BRIDGE_PROCESS_BACKEND,
+        "BRIDGE_SANDBOX": settings.BRIDGE_SANDBOX,
         **(extra_env or {}),
     }
     return subprocess.Popen(
