@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from django.db import connection, transaction
-from django.db.models import F, Field, Q, QuerySet
+from django.db.models import BooleanField, F, Field, Model, Q, QuerySet, UUIDField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from jobs.actions import rows
@@ -37,11 +38,12 @@ _explain_lock = threading.Lock()
 
 
 def claim_next_task(worker: Worker) -> Task | None:
-    """Atomically take the oldest queued task this supervisor serves (FIFO among those), or None. Safe with several
-    supervisors on several hosts: each takes only tasks whose cwd lies in its roots and whose target is empty or
-    names it (`workers.serves`). A claimed task whose cwd does not resolve inside this supervisor's roots on its own
-    host (a symlink out, or missing here) is failed at once, saying so, and the next is looked at. With nothing to
-    claim, queued tasks that no live supervisor can serve are told why (`explain_waits`)."""
+    """Atomically take the oldest queued task this supervisor serves (FIFO among those) that may start now, or None.
+    Safe with several supervisors on several hosts: each takes only tasks whose cwd lies in its roots and whose target
+    is empty or names it (`workers.serves`), and never a resume whose agent session has another task running or
+    queued before it (`session_is_free`). A claimed task whose cwd does not resolve inside this supervisor's roots on
+    its own host (a symlink out, or missing here) is failed at once, saying so, and the next is looked at. With
+    nothing to claim, queued tasks are told why they wait (`explain_waits`)."""
     while True:
         task = _claim_one(worker)
         if task is None:
@@ -70,7 +72,8 @@ def _queued_for(worker: Worker) -> list[tuple[int, str, str]]:
     every ring, and the SQL depends only on its roots and names, so the ORM builds it once per process."""
 
     def build() -> QuerySet:
-        queued = Task.objects.queued_in_order().filter(servable_by(worker)).values_list("pk", "cwd", "target")
+        free = RawSQL(*session_is_free(), output_field=BooleanField())
+        queued = Task.objects.queued_in_order().filter(servable_by(worker), free).values_list("pk", "cwd", "target")
         if connection.features.has_select_for_update_skip_locked:
             return queued.select_for_update(skip_locked=True)[:1]
         return queued[:CLAIM_LOOKAHEAD]
@@ -79,17 +82,19 @@ def _queued_for(worker: Worker) -> list[tuple[int, str, str]]:
 
 
 def _take(pk: int, worker: Worker) -> bool:
-    """Mark a queued task running under `worker`; False when another claim took it first. One UPDATE, written here for
-    the reason `_queued_for` is built once."""
+    """Mark a queued task running under `worker`; False when another claim took it first, or when its agent session
+    is busy (`session_is_free`: the statement that decides, whatever the read before it saw). One UPDATE, written here
+    for the reason `_queued_for` is built once."""
     meta, quote = Task._meta, connection.ops.quote_name
     status, worker_id, started_at, wait = (quote(cast(Field, meta.get_field(name)).column) for name in TAKEN_FIELDS)
+    free, free_params = session_is_free()
     sql = (
         f"UPDATE {quote(meta.db_table)} SET {status} = %s, {worker_id} = %s, {started_at} = %s, {wait} = ''"
-        f" WHERE {quote(meta.pk.column)} = %s AND {status} = %s"
+        f" WHERE {quote(meta.pk.column)} = %s AND {status} = %s AND {free}"
     )
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     with connection.cursor() as cursor:
-        cursor.execute(sql, [Status.RUNNING, worker.pk, now, pk, Status.QUEUED])
+        cursor.execute(sql, [Status.RUNNING, worker.pk, now, pk, Status.QUEUED, *free_params])
         return cursor.rowcount == 1
 
 
@@ -105,26 +110,105 @@ def local_cwd_refusal(worker: Worker, cwd: str) -> str | None:
     return None
 
 
+# --- one run at a time in an agent session --------------------------------------------------------------------------
+# Two agents resuming one session at once would both write its history (measured: a claude_resume sent while the
+# session's task waited for a permission ran a second Claude on the session at once). So a task that resumes a
+# session waits while another task of that session (same agent, and that session id as the one it resumed or the one
+# it ran in) is running, or queued before it. "Before" is by id: ids are handed out in the order tasks are queued,
+# one at a time on every host (`tasks.lock_queue_admissions`). The rule is one piece of SQL about the statement's own
+# queued task, the task table by its name: the claim selects by it, its UPDATE takes a task only while it holds, and a
+# queued task names the task it waits for by it (`waiting_for`).
+
+
+def _session_blockers(select: str, tail: str = "") -> tuple[str, list[str]]:
+    """SQL selecting `select` from the tasks the statement's queued task, if it resumes a session, must wait for, then
+    `tail`; and its parameters. Each of the two ways a task is in a session (resumed it, or ran in it: a new task that
+    began it) is looked up by an index of its own (Task.Meta: task_active_resuming, task_active_in_session)."""
+    quote = connection.ops.quote_name
+    task, earlier, known = quote(Task._meta.db_table), quote("earlier"), quote("known_session")
+    agent, status, resumed, ran_in, pk = (
+        _column(Task, name) for name in ("agent", "status", "resume_session_id", "session", "id")
+    )
+    active = f"{earlier}.{status} IN (%s, %s)"
+    sql = (
+        f"SELECT {select} FROM {task} {earlier} WHERE ("
+        f"({earlier}.{resumed} = {task}.{resumed} AND {active} AND {earlier}.{agent} = {task}.{agent})"
+        f" OR ({earlier}.{ran_in} = (SELECT {known}.{_column(AgentSession, 'id')}"
+        f" FROM {quote(AgentSession._meta.db_table)} {known} WHERE {known}.{_column(AgentSession, 'agent')} ="
+        f" {task}.{agent} AND {known}.{_column(AgentSession, 'session_id')} = {task}.{resumed}) AND {active}))"
+        f" AND ({earlier}.{status} = %s OR {earlier}.{pk} < {task}.{pk}){tail}"
+    )
+    return sql, [Status.QUEUED, Status.RUNNING, Status.QUEUED, Status.RUNNING, Status.RUNNING]
+
+
+def _column(model: type[Model], name: str) -> str:
+    """A field's column, quoted for SQL."""
+    return connection.ops.quote_name(cast(Field, model._meta.get_field(name)).column)
+
+
+def _resumed() -> str:
+    """The queued task's resumed session id, as the statements of the rule name it (the task table, unaliased)."""
+    return f"{connection.ops.quote_name(Task._meta.db_table)}.{_column(Task, 'resume_session_id')}"
+
+
+def session_is_free() -> tuple[str, list[str]]:
+    """The condition a queued task meets when no other task of its agent session holds it back, and its parameters."""
+    sql, params = _session_blockers("1")
+    return f"({_resumed()} = '' OR NOT EXISTS ({sql}))", params
+
+
+def waiting_for(tasks: QuerySet) -> QuerySet:
+    """`tasks` with `waits_for`: the public id of the task of its agent session each must wait for (the newest of
+    them: it starts when that one ends), or None."""
+    earlier = connection.ops.quote_name("earlier")
+    sql, params = _session_blockers(
+        f"{earlier}.{_column(Task, 'public_id')}", f" ORDER BY {earlier}.{_column(Task, 'id')} DESC LIMIT 1"
+    )
+    newest = RawSQL(f"(CASE WHEN {_resumed()} = '' THEN NULL ELSE ({sql}) END)", params, output_field=UUIDField())
+    return tasks.annotate(waits_for=newest)
+
+
 def explain_waits(*, force: bool = False) -> int:
-    """Say on each queued task that no live supervisor can serve why it waits (Task.wait_reason), and clear the
-    reason of those one can serve now; at most every EXPLAIN_WAITS_EVERY_S per process unless `force`. Returns how
-    many tasks changed."""
+    """Say on each queued task why it waits (Task.wait_reason), and clear the reason of those nothing holds back
+    now (`tell_why_queued`); at most every EXPLAIN_WAITS_EVERY_S per process unless `force`. Returns how many tasks
+    changed."""
     with _explain_lock:
         now = time.monotonic()
         if not force and now - _explained_at["t"] < EXPLAIN_WAITS_EVERY_S:
             return 0
         _explained_at["t"] = now
-    queued = list(Task.objects.queued_in_order().values_list("pk", "public_id", "cwd", "target", "wait_reason"))
-    if not queued:
+    return tell_why_queued(Task.objects.queued_in_order())
+
+
+def tell_why_queued(queued: QuerySet, workers: list[Worker] | None = None) -> int:
+    """Say on each of these queued tasks why it waits: for the task of its agent session it must follow
+    (`waiting_for`), for a live supervisor that serves it, or "" (only the queue ahead of it). `workers`: the live
+    supervisors, when the caller has just read them. Returns how many tasks changed; each change rings its task."""
+    found = list(waiting_for(queued).values_list("pk", "public_id", "cwd", "target", "wait_reason", "waits_for"))
+    if not found:
         return 0
-    workers = live_supervisors()
+    workers = live_supervisors() if workers is None else workers
     changed = 0
-    for pk, public_id, cwd, target, old in queued:
-        reason = wait_reason(cwd, target, workers)
+    for pk, public_id, cwd, target, old, behind in found:
+        reason = wait_reason(cwd, target, workers, behind=behind)
         if reason != old and Task.objects.queued_in_order().filter(pk=pk).update(wait_reason=reason):
             changed += 1
             doorbell.ring(str(public_id))  # pages and sockets showing it look again
     return changed
+
+
+def release_session(task: Task) -> None:
+    """After `task` ended: the queued tasks of its agent session are told what they wait for now, and the queue is
+    rung, so a supervisor that may run the next one claims it at once (a supervisor wakes by itself only when a run
+    of its own ends, and a queued task can end in any process)."""
+    if not task.resume_session_id and task.session_id is None:
+        return  # it resumed nothing and never reported a session: no task can be waiting for it
+    ran_in = AgentSession.objects.filter(tasks=task).values("session_id")
+    same_session = Q(resume_session_id=task.resume_session_id) | Q(resume_session_id__in=ran_in)
+    waiting = Task.objects.queued_in_order().filter(same_session, agent=task.agent).exclude(resume_session_id="")
+    if waiting.exists():
+        tell_why_queued(waiting)
+        doorbell.ring(doorbell.QUEUE)
 
 
 def tasks_with_news(pks: list[int]) -> set[int]:
@@ -207,6 +291,7 @@ def finish_task(
             task,
             [status_event(task, exit_code=exit_code, error=error, result=result, usage=usage, **how)],
         )
+        release_session(task)
     return task
 
 
@@ -289,4 +374,5 @@ def mark_orphaned(task: Task, reason: str) -> Task:
         task.refresh_from_db()
         if updated:
             append_events(task, [status_event(task, error=reason)])
+            release_session(task)
     return task

@@ -15,6 +15,7 @@ from django.utils import timezone
 from jobs.actions import rows
 from jobs.actions.events import append_events, status_event
 from jobs.actions.liveness import live_supervisors, settle_if_orphaned
+from jobs.actions.runs import release_session, tell_why_queued
 from jobs.actions.workers import served_cwd, wait_reason
 from jobs.agents import hermes_skills
 from jobs.core import doorbell, paths
@@ -218,7 +219,8 @@ def lock_queue_admissions() -> None:
 
 
 def create_task(spec: TaskSpec, *, dedupe_key: str = "") -> Task:
-    """Validate, confine and queue a task. Nothing runs until a supervisor claims it.
+    """Validate, confine and queue a task. Nothing runs until a supervisor claims it, and a resume only once no other
+    task of its agent session is running or queued before it (its wait_reason then names the one it follows).
 
     `dedupe_key` is set only by create_or_join_task: the database then refuses a second queued-or-running task with
     the same key (constraint one_active_task_per_dedupe_key, IntegrityError). Plain creates keep it empty."""
@@ -227,7 +229,8 @@ def create_task(spec: TaskSpec, *, dedupe_key: str = "") -> Task:
     cwd, session = task_cwd_and_session(spec)
     resume_id = (spec.resume_session_id or "").strip()
     target = checked_target(spec, session)
-    waits_because = wait_reason(str(cwd), target, live_supervisors())  # "" when a live supervisor serves it
+    workers = live_supervisors()
+    waits_because = wait_reason(str(cwd), target, workers)  # "" when a live supervisor serves it
 
     with transaction.atomic():
         lock_queue_admissions()
@@ -253,6 +256,8 @@ def create_task(spec: TaskSpec, *, dedupe_key: str = "") -> Task:
             target=target,
             wait_reason=waits_because,
         )
+        if resume_id and tell_why_queued(Task.objects.filter(pk=task.pk), workers):
+            rows.refresh(task)  # it follows a task of its session, and says so
         append_events(task, [status_event(task)])
         doorbell.ring(doorbell.QUEUE)
     return task
@@ -387,6 +392,7 @@ def request_cancel(task: Task, reason: str = "cancelled by request", by: str = "
         if dequeued:
             task.refresh_from_db()
             append_events(task, [status_event(task, reason=reason, by=by)])
+            release_session(task)
             return task
         flagged = (
             Task.objects.running()

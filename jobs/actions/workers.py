@@ -5,7 +5,8 @@ Each supervisor declares what it serves: the allowed roots of its own host (BRID
 and optionally a name (unique among live supervisors) and labels. It runs a task when the task's cwd is one of its
 roots or lies below one (resolved path strings compared by `paths.within`: whole components, without case where the
 file system ignores case), and the task's `target` is empty or equal to its name, its host or one of its labels
-(`serves`, and `servable_by` for the claim's query: one rule, two forms).
+(`serves`, and `servable_by` for the claim's query: one rule, two forms). A queued task says why it waits
+(`wait_reason`): for no live supervisor that serves it, or behind a task of its agent session (`runs.waiting_for`).
 """
 
 import logging
@@ -196,7 +197,21 @@ def _serves_what(worker: Worker) -> str:
     return text + (f" (labels: {', '.join(worker.labels)})" if worker.labels else "")
 
 
-def wait_reason(cwd: str, target: str, workers: list[Worker]) -> str:
+def wait_reason(cwd: str, target: str, workers: list[Worker], *, behind: uuid.UUID | None = None) -> str:
+    """Why a queued task with this cwd and target cannot start yet, other than the queue ahead of it: the task of its
+    agent session it must follow (`behind`, its public id: `runs.waiting_for`), and why no supervisor of `workers`
+    (the live ones) can run it; "" when nothing holds it back."""
+    for_supervisor = _supervisor_wait_reason(cwd, target, workers)
+    if behind is None:
+        return for_supervisor
+    for_session = (
+        f"waits for task {behind}, which is in the same agent session: a session runs one task at a time, so this "
+        "one starts when that one ends"
+    )
+    return f"{for_session}; {for_supervisor}" if for_supervisor else for_session
+
+
+def _supervisor_wait_reason(cwd: str, target: str, workers: list[Worker]) -> str:
     """Why no supervisor of `workers` (the live ones) can run a task with this cwd and target; "" when one can."""
     if any(serves(worker, cwd, target) for worker in workers):
         return ""

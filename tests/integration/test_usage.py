@@ -18,6 +18,7 @@ import pytest
 from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -47,6 +48,17 @@ def start(worker, prompt: str = "go", *, session: str = "", agent: str = Agent.C
     claimed = actions.claim_next_task(worker)
     assert claimed is not None and claimed.pk == task.pk
     return claimed
+
+
+def start_beside(worker, *, session: str) -> Task:
+    """A follow-up running while another run of its session still goes on. Bridge no longer starts one (one run per
+    agent session: jobs/actions/runs.py), but runs recorded before that rule did overlap, and a session resumed by hand
+    outside Bridge still can: their usage must still be shared right. So this marks it running as the claim would,
+    without the claim's session rule."""
+    task = make_task("go", agent=Agent.CLAUDE, resume_session_id=session)
+    Task.objects.filter(pk=task.pk).update(status=Status.RUNNING, worker=worker, started_at=timezone.now())
+    task.refresh_from_db()
+    return task
 
 
 def finish(task: Task, session_id: str, cost: float | None, **usage) -> Task:
@@ -137,7 +149,7 @@ def test_two_tasks_resuming_one_session_at_once_are_each_charged_their_own_share
     """Both runs carry on from the same total; the next resume from the one that finished last (as measured)."""
     rng = random.Random(seed)
     first = finish(start(worker, cwd=work_root), "s-1", 1.0)
-    b, c = start(worker, session="s-1"), start(worker, session="s-1")  # both running before either ends
+    b, c = start(worker, session="s-1"), start_beside(worker, session="s-1")  # both running before either ends
     cost_b, cost_c, cost_d = (round(rng.uniform(0.01, 1), 6) for _ in range(3))
     ends = [(b, cost_b), (c, cost_c)]
     rng.shuffle(ends)
@@ -188,7 +200,7 @@ def test_runs_without_a_figure_are_skipped_and_older_rows_count_as_reported(work
 def test_a_follow_up_of_a_session_still_running_starts_from_zero(work_root, worker):
     first = start(worker, cwd=work_root)
     actions.link_session(first, "s-1")
-    follow_up = finish(start(worker, session="s-1"), "s-1", 0.3)
+    follow_up = finish(start_beside(worker, session="s-1"), "s-1", 0.3)
     assert follow_up.cost_usd == pytest.approx(0.3)
     assert final_status(follow_up)["usage_base_from"] == "new_session"
 
