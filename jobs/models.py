@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from jobs.core.access import DEFAULT_SCOPE, Caller, Scope
 from jobs.core.vocabulary import (
     TERMINAL_STATUSES,
     Agent,
@@ -288,14 +289,21 @@ class PermissionRequest(models.Model):
 
 
 class ApiToken(models.Model):
-    """A bearer token: only its prefix and SHA-256 are kept; the token itself is shown once."""
+    """A bearer token: only its prefix and SHA-256 are kept; the token itself is shown once. Its scope and roots say
+    what it may do (jobs/core/access.py); a token made before scopes existed may do everything, as before."""
 
     name = models.CharField(max_length=100, unique=True)
     prefix = models.CharField(max_length=16, db_index=True)
     hash = models.CharField(max_length=64)
+    scope = models.CharField(max_length=10, choices=choices(Scope), default=DEFAULT_SCOPE.value)
+    roots = models.JSONField(default=list, blank=True)  # resolved paths as text; empty: not limited
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.name
+
+    def caller(self) -> Caller:
+        """What a request made with this token may do."""
+        return Caller(f"token:{self.name}", Scope(self.scope), tuple(self.roots or ()))

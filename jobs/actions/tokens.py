@@ -1,8 +1,11 @@
-"""API tokens: made (256 random bits, shown once, stored as SHA-256), revoked, and marked as used."""
+"""API tokens: made (256 random bits, shown once, stored as SHA-256, with a scope and maybe roots), revoked, and
+marked as used; and the one rule for what a caller may do (`require_scope`, `check_sees`, `check_creates`,
+`seen_tasks`), which REST, SSE, the websockets, the pages and MCP over HTTP each ask once per request."""
 
 import hashlib
 import re
 import secrets
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import cast
 
@@ -10,15 +13,20 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from jobs.core.errors import Conflict, ErrorCode, InvalidInput
+from jobs.actions.tasks import TaskSpec, task_cwd_and_session
+from jobs.core import paths
+from jobs.core.access import DEFAULT_SCOPE, Caller, Scope
+from jobs.core.errors import Conflict, ErrorCode, InvalidInput, Refused
 from jobs.core.hints import manage_command
-from jobs.core.inputs import check_text
-from jobs.models import ApiToken
+from jobs.core.inputs import check_path_text, check_text
+from jobs.core.terminal import UNSAFE_IN_WORDS, describe, first_unsafe, printable
+from jobs.models import ApiToken, PermissionRequest, Task
 
 TOKEN_PREFIX = "brg_"
 PREFIX_LEN = len(TOKEN_PREFIX) + 8
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 MAX_NAME_CHARS = cast(int, ApiToken._meta.get_field("name").max_length)  # a CharField's: always set
+MAX_ROOTS = 32  # roots one token may be limited to
 TOKEN_SHAPE = re.compile(r"brg_[A-Za-z0-9_-]{16,64}")
 
 
@@ -32,17 +40,57 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(name: str) -> tuple[ApiToken, str]:
-    """Make a token; the plain text is returned once and never stored. A name an active token has is refused; a
-    revoked token's name may be used again (`free_name`)."""
-    name = check_text("the token name", name, MAX_NAME_CHARS).strip()
-    if not name:
-        raise InvalidInput("give the token a name, e.g. 'hermes'", field="name")
+def create_token(name: str, scope: str = DEFAULT_SCOPE, roots: Iterable[str] = ()) -> tuple[ApiToken, str]:
+    """Make a token that may do what `scope` allows, in `roots` only when any are given; the plain text is returned
+    once and never stored. A name an active token has is refused; a revoked token's name may be used again
+    (`free_name`)."""
+    name, scope, checked_roots = checked_name(name), checked_scope(scope), checked_token_roots(roots)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
         free_name(name)
-        row = ApiToken.objects.create(name=name, prefix=token[:PREFIX_LEN], hash=token_digest(token))
+        row = ApiToken.objects.create(
+            name=name, prefix=token[:PREFIX_LEN], hash=token_digest(token), scope=scope, roots=checked_roots
+        )
     return row, token
+
+
+def checked_name(name: object) -> str:
+    """A token's name is text to show, never a terminal command: storable, not blank, and nothing a terminal could
+    act on (`jobs.core.terminal`), since `token list`, the admin and every refusal print it."""
+    name = check_text("the token name", name, MAX_NAME_CHARS).strip()
+    if not name:
+        raise InvalidInput("give the token a name, e.g. 'hermes'", field="name")
+    found = first_unsafe(name)
+    if found is not None:
+        position, char = found
+        raise InvalidInput(
+            f"the token name '{printable(name)}' holds {describe(char)} at position {position + 1}: a name is "
+            f"letters, digits, punctuation, symbols and spaces, without {UNSAFE_IN_WORDS}; pick another, e.g. 'hermes'",
+            field="name",
+        )
+    return name
+
+
+def checked_scope(scope: str) -> Scope:
+    try:
+        return Scope(scope)
+    except ValueError:
+        listed = "; ".join(f"'{each}' ({each.meaning})" for each in Scope)
+        raise InvalidInput(f"a token's scope is one of {listed}; not '{printable(scope)}'", field="scope") from None
+
+
+def checked_token_roots(roots: Iterable[str]) -> list[str]:
+    """The roots a token is limited to: absolute paths, resolved as a task's cwd is (symlinks followed, `~`
+    expanded), each once. They need not exist here: a supervisor on another host may serve them."""
+    checked: list[str] = []
+    for raw in roots:
+        candidate = paths.expanded("root", check_path_text("root", raw).strip())
+        if not candidate.is_absolute():
+            raise InvalidInput(f"a token's root must be an absolute path, not '{printable(raw)}'", field="roots")
+        checked.append(str(paths.resolved_or_refused("root", candidate)))
+    if len(set(checked)) > MAX_ROOTS:
+        raise InvalidInput(f"a token takes at most {MAX_ROOTS} roots, not {len(set(checked))}", field="roots")
+    return list(dict.fromkeys(checked))
 
 
 def free_name(name: str) -> None:
@@ -73,3 +121,70 @@ def mark_token_used(token: ApiToken) -> None:
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
+
+
+# --- what a caller may do ------------------------------------------------------------------------------------------
+
+
+def _token_command(scope: Scope, roots: Iterable[str]) -> str:
+    """The command that makes a token with `scope` and `roots`."""
+    return manage_command("token", "create", "NAME", "--scope", str(scope), *(a for r in roots for a in ("--root", r)))
+
+
+def _whose(caller: Caller) -> str:
+    return f"the token '{caller.token_name}'" if caller.token_name is not None else f"'{caller.name}'"
+
+
+def require_scope(caller: Caller, needed: Scope) -> None:
+    """The one scope check: refused (403 scope_missing) unless the caller's scope holds `needed`, saying which scope
+    was missing and the command that makes a token with it."""
+    if caller.has(needed):
+        return
+    raise Refused(
+        f"{_whose(caller)} has scope '{caller.scope}' ({caller.scope.meaning}); this needs scope '{needed}' "
+        f"({needed.meaning}). Make a token that has it: {_token_command(needed, caller.roots)}",
+        code=ErrorCode.SCOPE_MISSING,
+        scope=str(caller.scope),
+        needed=str(needed),
+    )
+
+
+def _outside_roots(caller: Caller, what: str, cwd: str) -> Refused:
+    return Refused(
+        f"{what} lies outside the roots {_whose(caller)} is limited to ({', '.join(caller.roots)}); use a token "
+        f"whose roots cover it, made with: {_token_command(caller.scope, [*caller.roots, cwd])}",
+        code=ErrorCode.OUTSIDE_TOKEN_ROOTS,
+        roots=list(caller.roots),
+    )
+
+
+def check_sees(caller: Caller, task: Task) -> Task:
+    """`task`, if the caller may see it (and so act on it, as its scope allows): its cwd under the caller's roots."""
+    if caller.covers(task.cwd):
+        return task
+    raise _outside_roots(caller, f"task {task.public_id}", "DIR")
+
+
+def check_creates(caller: Caller, spec: TaskSpec) -> None:
+    """Whether the caller may queue `spec`: scope `run`, and for a token limited to roots, the cwd the task would run
+    in (as `create_task` resolves it: the default cwd, a resumed session's own) under one of them."""
+    require_scope(caller, Scope.RUN)
+    if not caller.roots:
+        return
+    cwd = str(task_cwd_and_session(spec)[0])
+    if not caller.covers(cwd):
+        raise _outside_roots(caller, f"cwd {cwd!r}", cwd)
+
+
+def seen_tasks(caller: Caller, tasks: QuerySet[Task]) -> QuerySet[Task]:
+    """The tasks of `tasks` the caller may see: all, or for a token limited to roots those in a cwd under them (the
+    distinct cwds are few: each is tried by `Caller.covers`, the one rule, not a second one in SQL)."""
+    if not caller.roots:
+        return tasks
+    cwds = Task.objects.order_by().values_list("cwd", flat=True).distinct()
+    return tasks.filter(cwd__in=[cwd for cwd in cwds if caller.covers(cwd)])
+
+
+def seen_permissions(caller: Caller, requests: Iterable[PermissionRequest]) -> list[PermissionRequest]:
+    """The permission requests of tasks the caller may see."""
+    return [request for request in requests if caller.covers(request.task.cwd)]

@@ -23,12 +23,15 @@ class ErrorCode(StrEnum):
     REFUSED = "refused"
     EXECUTOR_NOT_READY = "executor_not_ready"
     READ_ONLY = "read_only"
+    SCOPE_MISSING = "scope_missing"
+    OUTSIDE_TOKEN_ROOTS = "outside_token_roots"
     NOT_FOUND = "not_found"
     NO_SUCH_TASK = "no_such_task"
     NO_SUCH_REQUEST = "no_such_request"
     NO_SUCH_SESSION = "no_such_session"
     NO_SUCH_SOCKET = "no_such_socket"
     METHOD_NOT_ALLOWED = "method_not_allowed"
+    REQUEST_HEAD_TIMEOUT = "request_head_timeout"
     CONFLICT = "conflict"
     ALREADY_DECIDED = "already_decided"
     NOTHING_PENDING = "nothing_pending"
@@ -41,6 +44,7 @@ class ErrorCode(StrEnum):
     URI_TOO_LONG = "uri_too_long"
     INVALID_REQUEST = "invalid_request"
     QUEUE_FULL = "queue_full"
+    TOO_MANY_CONNECTIONS = "too_many_connections"
     HEADERS_TOO_LARGE = "headers_too_large"
     INTERNAL_ERROR = "internal_error"
     DATABASE_BUSY = "database_busy"
@@ -66,12 +70,21 @@ MEANINGS: dict[ErrorCode, Meaning] = {
     ErrorCode.REFUSED: Meaning(403, "a cwd or path outside the allowed roots (the roots are named)"),
     ErrorCode.EXECUTOR_NOT_READY: Meaning(403, "the supervisor that MCP would start cannot run this agent"),
     ErrorCode.READ_ONLY: Meaning(403, "a message sent on a websocket that only reads"),
+    ErrorCode.SCOPE_MISSING: Meaning(
+        403, "the token's scope does not allow this (the message names the scope needed and how to make such a token)"
+    ),
+    ErrorCode.OUTSIDE_TOKEN_ROOTS: Meaning(
+        403, "the task or cwd lies outside the roots the token is limited to (named); MCP over HTTP takes no such token"
+    ),
     ErrorCode.NOT_FOUND: Meaning(404, "no such path"),
     ErrorCode.NO_SUCH_TASK: Meaning(404, "no task with this id"),
     ErrorCode.NO_SUCH_REQUEST: Meaning(404, "the task has no permission request with this id"),
     ErrorCode.NO_SUCH_SESSION: Meaning(404, "no agent session with this id (in this cwd)"),
     ErrorCode.NO_SUCH_SOCKET: Meaning(404, "no websocket at this path"),
     ErrorCode.METHOD_NOT_ALLOWED: Meaning(405, "the path takes another HTTP method (`Allow` names it)"),
+    ErrorCode.REQUEST_HEAD_TIMEOUT: Meaning(
+        408, "a request's line and headers took over BRIDGE_HTTP_HEADER_TIMEOUT_S to arrive; the connection closes"
+    ),
     ErrorCode.CONFLICT: Meaning(409, "the request does not fit the task's state now"),
     ErrorCode.ALREADY_DECIDED: Meaning(409, "the permission request was answered first by someone else"),
     ErrorCode.NOTHING_PENDING: Meaning(409, "the task has no permission request waiting"),
@@ -86,6 +99,9 @@ MEANINGS: dict[ErrorCode, Meaning] = {
         422, "what the schema refuses: a wrong type, an out-of-range number, an unknown or repeated parameter"
     ),
     ErrorCode.QUEUE_FULL: Meaning(429, "BRIDGE_MAX_QUEUED tasks are waiting already"),
+    ErrorCode.TOO_MANY_CONNECTIONS: Meaning(
+        429, "the client's address holds BRIDGE_HTTP_MAX_CONNECTIONS_PER_CLIENT connections to a web process already"
+    ),
     ErrorCode.HEADERS_TOO_LARGE: Meaning(431, "a request header over 64 KiB"),
     ErrorCode.INTERNAL_ERROR: Meaning(500, "a bug: Bridge failed, and logged the traceback"),
     ErrorCode.DATABASE_BUSY: Meaning(503, "the database could not take the request in time; retry after `Retry-After`"),

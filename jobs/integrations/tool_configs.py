@@ -23,6 +23,7 @@ from django.conf import settings
 
 from jobs.agents import executors
 from jobs.core.hints import manage_command
+from jobs.core.terminal import printable
 from jobs.processes import PLATFORM, process_identity, same_process
 
 SERVER_NAME = "bridge"
@@ -457,10 +458,12 @@ class FileChange:
 
 
 def show_or_apply(change: FileChange, dry_run: bool) -> str:
-    """Make the change (or, with `dry_run`, show it) and say what happened, in the words both commands print."""
+    """Make the change (or, with `dry_run`, show it) and say what happened, in the words both commands print: paths
+    and the file's lines escaped where a terminal would act on them (`printable`)."""
     if not change.changed:
-        return f"{change.path}: up to date; nothing to change"
+        return f"{printable(change.path)}: up to date; nothing to change"
     if dry_run:
-        return f"{change.path}: would change as below (--print: nothing written)\n{change.diff()}"
+        diff = printable(change.diff(), multiline=True)
+        return f"{printable(change.path)}: would change as below (--print: nothing written)\n{diff}"
     saved = change.apply()
-    return f"{change.path}: " + (f"updated (the old file is in {saved})" if saved else "created")
+    return f"{printable(change.path)}: " + (f"updated (the old file is in {printable(saved)})" if saved else "created")

@@ -19,7 +19,9 @@ from ninja.utils import check_csrf
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 
 from jobs import actions
+from jobs.actions import tokens
 from jobs.actions.tasks import MAX_ARGV_CHARS, MAX_LIST_ENTRIES
+from jobs.core.access import Caller, Scope
 from jobs.core.errors import BridgeError, DatabaseBusy, ErrorCode, InvalidInput, is_database_busy
 from jobs.core.inputs import MAX_INT, MAX_PATH_BYTES, check_text
 from jobs.core.vocabulary import TOKEN_FIELDS, Agent, Status
@@ -33,29 +35,46 @@ MAX_TASK_ID_CHARS = 64  # a UUID, also in braces or as urn:uuid:…, with room f
 
 
 class TokenOrSession(AuthBase):
-    """Bearer token, HTTP Basic with the token as password, or a logged-in browser session (CSRF-checked)."""
+    """Bearer token, HTTP Basic with the token as password, or a logged-in browser session (CSRF-checked), holding
+    the scope the operation needs: the REST API's one place for who may call what. A caller without it is refused
+    (403 scope_missing) before its request is read."""
 
     openapi_type = "http"
     openapi_scheme = "bearer"
 
-    def __call__(self, request: HttpRequest) -> str | None:
+    def __init__(self, needs: Scope) -> None:
+        super().__init__()
+        self.needs = needs
+
+    def __call__(self, request: HttpRequest) -> Caller | None:
         who = auth.authenticate(request)
         unsafe = request.method not in ("GET", "HEAD", "OPTIONS")
-        if who and who.startswith("user:") and unsafe and check_csrf(request) is not None:
+        if who is None or (who.name.startswith("user:") and unsafe and check_csrf(request) is not None):
             return None
+        tokens.require_scope(who, self.needs)
         return who
 
 
-def caller(request: HttpRequest) -> str:
-    """Who is calling a view: the identity TokenOrSession returned, which django-ninja sets as `request.auth`."""
+NEEDS_READ = TokenOrSession(Scope.READ)
+NEEDS_RUN = TokenOrSession(Scope.RUN)
+NEEDS_DECIDE = TokenOrSession(Scope.DECIDE)
+
+
+def caller(request: HttpRequest) -> Caller:
+    """Who is calling a view: the caller TokenOrSession returned, which django-ninja sets as `request.auth`."""
     return request.auth  # type: ignore[attr-defined]  # ninja sets request.auth
+
+
+def seen_task(request: HttpRequest, task_id: str) -> Task:
+    """The task with this id, if the caller may see it (a token limited to roots sees only tasks under them)."""
+    return tokens.check_sees(caller(request), actions.get_task(task_id))
 
 
 api = NinjaAPI(
     title="Bridge",
     version="1",
     description="Hand work to a coding agent, follow it live, answer its permission questions, collect the evidence.",
-    auth=TokenOrSession(),
+    auth=NEEDS_DECIDE,  # an operation that names no scope of its own needs the most
     docs_decorator=auth.token_or_login_required,
     urls_namespace="bridge-api",
 )
@@ -181,12 +200,13 @@ class ErrorOut(Schema):
 
 
 # The answers each kind of operation can give besides 200 (all in ErrorOut's shape): 400 a value Bridge refuses,
-# 401 no or a wrong token, 422 a request the schema refuses, 500 a bug (logged), 503 a busy database (Retry-After);
-# reads of one task add 404; bodies add 413 (over DATA_UPLOAD_MAX_MEMORY_SIZE).
-COMMON_ERRORS = {400, 401, 422, 500, 503}
+# 401 no or a wrong token, 403 a token without the scope or outside its roots, 422 a request the schema refuses,
+# 500 a bug (logged), 503 a busy database (Retry-After); reads of one task add 404; bodies add 413 (over
+# DATA_UPLOAD_MAX_MEMORY_SIZE).
+COMMON_ERRORS = {400, 401, 403, 422, 500, 503}
 READ_ONE = COMMON_ERRORS | {404}
 WRITE_ONE = READ_ONE | {409, 413}
-CREATE = COMMON_ERRORS | {403, 404, 413, 429}
+CREATE = COMMON_ERRORS | {404, 413, 429}
 
 
 def answers(ok: Any, errors: set[int]) -> dict:
@@ -303,7 +323,7 @@ def permission_out(perm: PermissionRequest) -> dict:
     }
 
 
-@api.post("/task/create", response=answers(CreateTaskOut, CREATE), summary="Queue a task for an agent")
+@api.post("/task/create", auth=NEEDS_RUN, response=answers(CreateTaskOut, CREATE), summary="Queue a task for an agent")
 def create_task(request: HttpRequest, payload: CreateTaskIn):
     options = {
         "model": payload.model,
@@ -312,48 +332,58 @@ def create_task(request: HttpRequest, payload: CreateTaskIn):
         "skills": payload.skills,
         "toolsets": payload.toolsets,
     }
-    task = actions.create_task(
-        actions.TaskSpec(
-            prompt=payload.prompt,
-            cwd=payload.cwd,
-            agent=payload.agent,
-            permission_mode=payload.permission_mode,
-            skip_permissions=payload.skip_permissions,
-            resume_session_id=payload.sessionId,
-            timeout_s=hbridge.timeout_seconds(payload.timeout_s, payload.taskTimeoutMs),
-            options=options,
-            source="api",
-            created_by=caller(request),
-            target=payload.target or "",
-        )
+    spec = actions.TaskSpec(
+        prompt=payload.prompt,
+        cwd=payload.cwd,
+        agent=payload.agent,
+        permission_mode=payload.permission_mode,
+        skip_permissions=payload.skip_permissions,
+        resume_session_id=payload.sessionId,
+        timeout_s=hbridge.timeout_seconds(payload.timeout_s, payload.taskTimeoutMs),
+        options=options,
+        source="api",
+        created_by=caller(request).name,
+        target=payload.target or "",
     )
+    tokens.check_creates(caller(request), spec)
+    task = actions.create_task(spec)
     return hbridge.created_reply(str(task.public_id), task.status)
 
 
-@api.post("/task/cancel", response=answers(dict, WRITE_ONE), summary="Cancel a queued or running task")
+@api.post("/task/cancel", auth=NEEDS_RUN, response=answers(dict, WRITE_ONE), summary="Cancel a queued or running task")
 def cancel_task(request: HttpRequest, payload: TaskIdIn):
-    task = actions.request_cancel(actions.get_task(payload.task_id), reason=payload.reason, by=caller(request))
+    task = actions.request_cancel(seen_task(request, payload.task_id), reason=payload.reason, by=caller(request).name)
     return {"task_id": str(task.public_id), **hbridge.status_fields(task.status, task.error), "cancel_requested": True}
 
 
-@api.post("/task/permission", response=answers(dict, WRITE_ONE), summary="Answer a pending permission request")
+@api.post(
+    "/task/permission",
+    auth=NEEDS_DECIDE,
+    response=answers(dict, WRITE_ONE),
+    summary="Answer a pending permission request",
+)
 def decide_permission(request: HttpRequest, payload: PermissionIn):
-    task = actions.get_task(payload.task_id)
+    task = seen_task(request, payload.task_id)
     perm = actions.decide_permission(
         task,
         behavior=payload.behavior,
         request_id=payload.request_id,
         updated_input=payload.updatedInput,
         message=payload.message,
-        by=caller(request),
+        by=caller(request).name,
         via="api",
     )
     return {"ok": True, **permission_out(perm)}
 
 
-@api.get("/task/output", response=answers(dict, READ_ONE), summary="The result, when there is one (hbridge shape)")
+@api.get(
+    "/task/output",
+    auth=NEEDS_READ,
+    response=answers(dict, READ_ONE),
+    summary="The result, when there is one (hbridge shape)",
+)
 def task_output(request: HttpRequest, task_id: str = Query(..., min_length=1, max_length=MAX_TASK_ID_CHARS)):
-    task = actions.get_task(task_id)
+    task = seen_task(request, task_id)
     return {
         "retrieval_status": "success" if task.is_terminal else "pending",
         "task": {
@@ -367,9 +397,9 @@ def task_output(request: HttpRequest, task_id: str = Query(..., min_length=1, ma
     }
 
 
-@api.get("/task", response=answers(dict, READ_ONE), summary="Everything about one task")
+@api.get("/task", auth=NEEDS_READ, response=answers(dict, READ_ONE), summary="Everything about one task")
 def task_detail(request: HttpRequest, task_id: str = Query(..., min_length=1, max_length=MAX_TASK_ID_CHARS)):
-    task = actions.get_task(task_id)
+    task = seen_task(request, task_id)
     return {
         **task_summary(task),
         "prompt": task.prompt,
@@ -398,10 +428,10 @@ class TaskFilter(Schema):
     offset: int = Field(0, ge=0, le=MAX_INT)
 
 
-@api.get("/tasks", response=answers(dict, COMMON_ERRORS), summary="List tasks, newest first")
+@api.get("/tasks", auth=NEEDS_READ, response=answers(dict, COMMON_ERRORS), summary="List tasks, newest first")
 def list_tasks(request: HttpRequest, filters: Query[TaskFilter]):
     actions.settle_running_tasks()
-    tasks = Task.objects.newest_first()
+    tasks = tokens.seen_tasks(caller(request), Task.objects.newest_first())
     for name in ("status", "agent", "cwd"):
         value = getattr(filters, name)
         if value:
@@ -412,6 +442,7 @@ def list_tasks(request: HttpRequest, filters: Query[TaskFilter]):
 
 @api.get(
     "/workers",
+    auth=NEEDS_READ,
     response=answers(dict, COMMON_ERRORS),
     summary="Live supervisors: what each serves, its labels, and what it runs",
 )
@@ -420,22 +451,28 @@ def list_workers(request: HttpRequest):
     return {"workers": [actions.worker_data(w, running, private=True) for w in actions.live_supervisors()]}
 
 
-@api.get("/permissions", response=answers(dict, READ_ONE), summary="Pending permission requests, oldest first")
+@api.get(
+    "/permissions",
+    auth=NEEDS_READ,
+    response=answers(dict, READ_ONE),
+    summary="Pending permission requests, oldest first",
+)
 def list_permissions(
     request: HttpRequest, task_id: str | None = Query(None, min_length=1, max_length=MAX_TASK_ID_CHARS)
 ):
-    task = actions.get_task(task_id) if task_id else None
-    return {"permissions": [permission_out(p) for p in actions.pending_permissions(task)]}
+    task = seen_task(request, task_id) if task_id else None
+    pending = tokens.seen_permissions(caller(request), actions.pending_permissions(task))
+    return {"permissions": [permission_out(p) for p in pending]}
 
 
-@api.get("/task/events", response=answers(dict, READ_ONE), summary="The transcript after a given seq")
+@api.get("/task/events", auth=NEEDS_READ, response=answers(dict, READ_ONE), summary="The transcript after a given seq")
 def task_events(
     request: HttpRequest,
     task_id: str = Query(..., min_length=1, max_length=MAX_TASK_ID_CHARS),
     since: int = Query(0, ge=0, le=MAX_INT, description="The last seq you saw (0: from the start)."),
     limit: int = Query(500, ge=1, le=5000),
 ):
-    task = actions.get_task(task_id)
+    task = seen_task(request, task_id)
     events = actions.events_since(task, since, limit)
     return {
         "task_id": str(task.public_id),

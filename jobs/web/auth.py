@@ -18,11 +18,12 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 from jobs import actions
-from jobs.actions import rows
+from jobs.actions import rows, tokens
 from jobs.actions.tokens import PREFIX_LEN, could_be_token, token_digest
+from jobs.core.access import Caller, Scope
 from jobs.core.errors import Unauthenticated
 from jobs.core.hints import manage_command
-from jobs.models import ApiToken
+from jobs.models import ApiToken, Task
 
 
 def verify_token(token: str) -> ApiToken | None:
@@ -54,20 +55,37 @@ def token_from_header(header: str) -> str | None:
     return None
 
 
-def identify(authorization: str, user=None) -> str | None:
-    """Who is calling: 'token:<name>' for a valid token in the Authorization header, else 'user:<name>' for a
-    logged-in user, else None. REST, SSE, websockets and MCP over HTTP all ask this one function."""
+def identify(authorization: str, user=None) -> Caller | None:
+    """Who is calling and what they may do: 'token:<name>' with the token's scope and roots for a valid token in the
+    Authorization header, else 'user:<name>' (who may do everything) for a logged-in user, else None. REST, SSE,
+    websockets, the pages and MCP over HTTP all ask this one function."""
     token = token_from_header(authorization)
     if token:
         row = verify_token(token)
-        return f"token:{row.name}" if row else None
+        return row.caller() if row else None
     if user is not None and user.is_authenticated:
-        return f"user:{user.get_username()}"
+        return Caller(f"user:{user.get_username()}")
     return None
 
 
-def authenticate(request: HttpRequest) -> str | None:
+def authenticate(request: HttpRequest) -> Caller | None:
     return identify(request.headers.get("Authorization", ""), getattr(request, "user", None))
+
+
+def require(request: HttpRequest, needed: Scope) -> Caller:
+    """The caller of a plain view (the stream, the pages' buttons), who must hold `needed`: Unauthenticated (401)
+    for nobody, Refused (403 scope_missing) for a token without that scope."""
+    caller = authenticate(request)
+    if caller is None:
+        raise refusal(request.headers.get("Authorization", ""))
+    tokens.require_scope(caller, needed)
+    return caller
+
+
+def task_for(request: HttpRequest, task_id: str, needed: Scope) -> tuple[Caller, Task]:
+    """The caller of a plain view that acts on one task, holding `needed`, and that task, if the caller may see it."""
+    caller = require(request, needed)
+    return caller, tokens.check_sees(caller, actions.get_task(task_id))
 
 
 def refusal(authorization: str = "") -> Unauthenticated:

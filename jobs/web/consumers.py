@@ -21,7 +21,9 @@ from django.http.request import split_domain_port, validate_host
 from django.template.loader import render_to_string
 
 from jobs import actions
+from jobs.actions import tokens
 from jobs.core import doorbell
+from jobs.core.access import Caller, Scope
 from jobs.core.errors import BridgeError, ErrorCode, NotFound
 from jobs.core.vocabulary import TERMINAL_STATUSES, Status
 from jobs.models import AgentSession, PermissionRequest, Task, TaskCount, TaskEvent, Worker
@@ -60,12 +62,14 @@ def same_origin(origin: str, host: str) -> bool:
     return parsed.scheme in ("http", "https") and bool(host) and parsed.netloc == host
 
 
-def check_caller(scope: dict) -> str:
-    """A token (programs) or the logged-in session (browsers), as auth.identify decides for every interface."""
+def check_caller(scope: dict) -> Caller:
+    """A token (programs) or the logged-in session (browsers), as auth.identify decides for every interface, with
+    scope `read`: the sockets only send (a frame sent to them changes nothing)."""
     header = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin1")
     caller = auth.identify(header, scope.get("user"))
     if caller is None:
         raise auth.refusal(header)
+    tokens.require_scope(caller, Scope.READ)
     return caller
 
 
@@ -104,12 +108,13 @@ class BridgeConsumer(AsyncJsonWebsocketConsumer):
     """Shared shape: authenticate, accept, pump news from the database until the socket closes."""
 
     key = ""
+    caller: Caller  # set by connect, before open
 
     async def connect(self) -> None:
         """The websockets' one error path: a refusal is accepted only to say why in words and with its code, then
-        closed with 4000 + its HTTP status (4400, 4401, 4404)."""
+        closed with 4000 + its HTTP status (4400, 4401, 4403, 4404)."""
         try:
-            await database_sync_to_async(check_caller)(self.scope)
+            self.caller = await database_sync_to_async(check_caller)(self.scope)
             await self.open()
         except BridgeError as exc:
             await self.accept()
@@ -179,11 +184,14 @@ class TaskEventsConsumer(BridgeConsumer):
 
     async def open(self) -> None:
         self.since = parse_since(self.scope, "the last seq you saw")
-        self.task = await database_sync_to_async(actions.get_task)(self.scope["url_route"]["kwargs"]["task_id"])
+        self.task = await database_sync_to_async(self.seen_task)(self.scope["url_route"]["kwargs"]["task_id"])
         self.key = str(self.task.public_id)
         self.worker_seen: tuple[int | None, dict | None] = (None, None)
         self.session_seen: tuple[int | None, str | None] = (None, None)
         self.pending: int | None = None  # counted again when a batch holds a permission event
+
+    def seen_task(self, task_id: str) -> Task:
+        return tokens.check_sees(self.caller, actions.get_task(task_id))
 
     def make_waiter(self) -> TaskWatch:
         return TaskWatch(self.task)
@@ -266,6 +274,7 @@ class TaskListConsumer(BridgeConsumer):
         rows = [
             {"id": str(task.public_id), "status": task.status, "agent": task.agent, "html": render_row(task)}
             for task in tasks
+            if self.caller.covers(task.cwd)  # a token limited to roots sees only the tasks under them
         ]
         connection.close_if_unusable_or_obsolete()
         return {

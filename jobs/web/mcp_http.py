@@ -1,18 +1,39 @@
-"""The MCP server over Streamable HTTP at /mcp, behind the REST API's tokens, in front of Django's ASGI app."""
+"""The MCP server over Streamable HTTP at /mcp, behind the REST API's tokens and their scopes, in front of Django's
+ASGI app. (`manage.py mcp` on stdio has no token: whoever starts it may do everything.)"""
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 
 from django.conf import settings
-from django.http import HttpResponse
+from django.http import HttpResponse, JsonResponse
 
-from jobs.core.errors import Unauthenticated
+from jobs.actions import tokens
+from jobs.core.access import Caller, Scope
+from jobs.core.errors import BridgeError, ErrorCode, Refused, Unauthenticated
 from jobs.mcp.reads import in_db
 from jobs.web import auth
 from jobs.web.middleware import database_busy_response, internal_error
 
 logger = logging.getLogger(__name__)
+
+# What each MCP tool needs of a token (jobs/core/access.py), as the REST operation that does the same: reading,
+# running (create, resume, cancel) or deciding. A tool not named here needs the most, `decide`.
+TOOL_SCOPES: dict[str, Scope] = {
+    "hermes_status": Scope.READ,
+    "hermes_jobs": Scope.READ,
+    "permissions_pending": Scope.READ,
+    "hermes_read": Scope.READ,
+    "hermes_capabilities": Scope.READ,
+    "hermes_health": Scope.READ,
+    "hermes_run": Scope.RUN,
+    "hermes_resume": Scope.RUN,
+    "claude_run": Scope.RUN,
+    "claude_resume": Scope.RUN,
+    "task_cancel": Scope.RUN,
+    "permission_decide": Scope.DECIDE,
+}
 
 
 def _transport_security() -> dict:
@@ -45,11 +66,75 @@ def _load_mcp_app() -> tuple[Callable, Callable]:
     return app, server.session_manager.run
 
 
-def _refusal(headers: list[tuple[bytes, bytes]]) -> Unauthenticated | None:
-    """None for a valid token, exactly as the REST API takes it (no browser sessions: MCP clients are programs); else
-    why not, in the words every HTTP interface uses."""
+def _caller(headers: list[tuple[bytes, bytes]]) -> Caller:
+    """The token's caller, exactly as the REST API takes it (no browser sessions: MCP clients are programs); else the
+    refusal in the words every HTTP interface uses. A token limited to roots is refused: the tools list and read every
+    task, so only REST, the stream and the websockets can keep such a token to its roots."""
     header = dict((name.lower(), value) for name, value in headers).get(b"authorization", b"").decode("latin-1")
-    return None if (auth.identify(header) or "").startswith("token:") else auth.refusal(header)
+    caller = auth.identify(header)
+    if caller is None or caller.token_name is None:
+        raise auth.refusal(header)
+    if caller.roots:
+        raise Refused(
+            f"the token '{caller.token_name}' is limited to roots ({', '.join(caller.roots)}), and MCP over HTTP "
+            "cannot keep a token to them (its tools list and read every task): use a token made without --root "
+            "here, or this one with the REST API, which keeps it to its roots",
+            code=ErrorCode.OUTSIDE_TOKEN_ROOTS,
+            roots=list(caller.roots),
+        )
+    return caller
+
+
+def needed_scope(body: bytes) -> Scope:
+    """What a JSON-RPC message (or batch) to /mcp needs: the most any tool it calls needs (TOOL_SCOPES), else `read`
+    (initialising, listing tools). A body that is not JSON is refused here: what it would call cannot be known."""
+    try:
+        decoded = json.loads(body)
+    except (ValueError, RecursionError):
+        raise BridgeError("the request body is not valid JSON", code=ErrorCode.INVALID_JSON) from None
+    messages = decoded if isinstance(decoded, list) else [decoded]
+    needs = [Scope.READ]
+    for message in messages:
+        if isinstance(message, dict) and message.get("method") == "tools/call":
+            params = message.get("params")
+            name = params.get("name") if isinstance(params, dict) else None
+            needs.append(TOOL_SCOPES.get(name, Scope.DECIDE) if isinstance(name, str) else Scope.DECIDE)
+    return max(needs, key=lambda scope: scope.rank)
+
+
+async def _read_body(receive: Callable) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if message["type"] != "http.request" or not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Callable) -> Callable:
+    """A `receive` that gives the body already read, then whatever the client sends next (its disconnect)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> dict:
+        return pending.pop() if pending else await receive()
+
+    return replayed
+
+
+async def checked_receive(caller: Caller, scope: dict, receive: Callable) -> Callable:
+    """`receive` for the SDK: as it is for a token that may call every tool; else the body is read first, a tool call
+    the token's scope does not hold refused (403 scope_missing), and the body given to the SDK as sent."""
+    if caller.has(Scope.DECIDE) or scope.get("method") != "POST":
+        return receive
+    body = await _read_body(receive)
+    tokens.require_scope(caller, needed_scope(body))
+    return _replay(body, receive)
+
+
+def _refused(refused: BridgeError) -> HttpResponse:
+    if isinstance(refused, Unauthenticated):
+        return auth.unauthorized(refused)
+    return JsonResponse(refused.as_dict(), status=refused.http_status)
 
 
 class McpHttpApp:
@@ -72,13 +157,13 @@ class McpHttpApp:
         if scope["type"] != "http" or not (path == self.path or path.startswith(self.path + "/")):
             return await self.fallback(scope, receive, send)
         try:
-            refused = await in_db(_refusal)(scope.get("headers", []))
-            if refused is None:
-                await self._start_session_manager()
+            caller = await in_db(_caller)(scope.get("headers", []))
+            receive = await checked_receive(caller, scope, receive)
+            await self._start_session_manager()
+        except BridgeError as refused:
+            return await self._send(send, _refused(refused))
         except Exception as exc:
             return await self._send(send, self._error_response(exc))
-        if refused is not None:
-            return await self._send(send, auth.unauthorized(refused))
         await self.loaded_mcp_app(scope, receive, send)
 
     @property

@@ -24,9 +24,11 @@ from django.urls import reverse
 from django.utils.http import urlsafe_base64_decode
 from django.views.decorators.http import require_GET, require_POST
 
-from jobs import actions
+from jobs import actions, processes
+from jobs.actions import tokens
 from jobs.agents import executors, hermes_skills
-from jobs.core.errors import BridgeError, ErrorCode, InvalidInput
+from jobs.core.access import Scope
+from jobs.core.errors import BridgeError, ErrorCode, InvalidInput, Unauthenticated
 from jobs.core.hints import manage_command
 from jobs.core.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, PermissionMode, Source, Status, choices
 from jobs.models import PermissionRequest, Task, TaskCount, TaskEvent
@@ -49,6 +51,7 @@ def health(request: HttpRequest) -> JsonResponse:
     body["pending_permissions"] = state.pending_permissions
     body["workers"] = [actions.worker_data(worker, state.running) for worker in state.workers]  # roots: counts only
     body["executors"] = [status.as_dict(private=False) for status in executors.executor_report()]  # no paths
+    body["sandbox"] = processes.agent_sandbox().as_dict(private=False)
     return JsonResponse(body, status=200 if status == "ok" else 503)
 
 
@@ -142,11 +145,13 @@ def page_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse
 
 @json_errors
 def _open_stream(request: HttpRequest) -> tuple[Task, int] | HttpResponse:
-    if auth.authenticate(request) is None:
-        return auth.unauthorized(auth.refusal(request.headers.get("Authorization", "")))
+    try:
+        who = auth.require(request, Scope.READ)
+    except Unauthenticated as refused:
+        return auth.unauthorized(refused)
     since = actions.parse_seq(request.GET.get("since") or request.headers.get("Last-Event-ID"), "since / Last-Event-ID")
     task_id = request.GET.get("task_id") or request.GET.get("id") or ""  # ?id= as hbridge's DESIGN wrote it
-    return actions.get_task(task_id), since
+    return tokens.check_sees(who, actions.get_task(task_id)), since
 
 
 def task_stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
@@ -195,6 +200,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "status": status,
         "agent": agent,
         "executors": [status for status in executors.executor_report() if status.ready != executors.YES],
+        "sandbox": processes.agent_sandbox(),
     }
     return render(request, "jobs/dashboard.html", context)
 
@@ -244,17 +250,19 @@ def new_task(request: HttpRequest) -> HttpResponse:
     form = NewTaskForm(request.POST or None, initial={"cwd": str(settings.BRIDGE_DEFAULT_CWD)})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        spec = actions.TaskSpec(
-            prompt=data["prompt"],
-            cwd=data["cwd"] or None,
-            agent=data["agent"],
-            permission_mode=data["permission_mode"],
-            timeout_s=data["timeout_s"],
-            options=form.options(),
-            source=Source.WEB,
-            created_by=auth.authenticate(request) or "",
-        )
         try:
+            who = auth.require(request, Scope.RUN)
+            spec = actions.TaskSpec(
+                prompt=data["prompt"],
+                cwd=data["cwd"] or None,
+                agent=data["agent"],
+                permission_mode=data["permission_mode"],
+                timeout_s=data["timeout_s"],
+                options=form.options(),
+                source=Source.WEB,
+                created_by=who.name,
+            )
+            tokens.check_creates(who, spec)
             task = actions.create_task(spec)
         except BridgeError as exc:  # shown on the form, with what was typed kept
             form.add_error(None, exc.message)
@@ -269,9 +277,8 @@ def new_task(request: HttpRequest) -> HttpResponse:
 @require_POST
 @page_errors
 def cancel_task(request: HttpRequest, task_id: str) -> HttpResponse:
-    task = actions.get_task(task_id)
-    who = auth.authenticate(request) or ""
-    actions.request_cancel(task, reason=f"cancelled in the browser by {who}", by=who)
+    who, task = auth.task_for(request, task_id, Scope.RUN)
+    actions.request_cancel(task, reason=f"cancelled in the browser by {who.name}", by=who.name)
     messages.success(request, "Cancelled." if task.is_terminal else "Cancel requested: the agent is being stopped.")
     return redirect("task-page", task_id=task.public_id)
 
@@ -280,13 +287,12 @@ def cancel_task(request: HttpRequest, task_id: str) -> HttpResponse:
 @require_POST
 @page_errors
 def follow_up(request: HttpRequest, task_id: str) -> HttpResponse:
-    task = actions.get_task(task_id)
+    who, task = auth.task_for(request, task_id, Scope.RUN)
     form = FollowUpForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Write a follow-up prompt first.")
         return redirect("task-page", task_id=task.public_id)
-    who = auth.authenticate(request) or ""
-    new = actions.continue_task(task, form.cleaned_data["prompt"], source=Source.WEB, created_by=who)
+    new = actions.continue_task(task, form.cleaned_data["prompt"], source=Source.WEB, created_by=who.name)
     messages.success(request, f"Follow-up queued in the same agent session as task {task.public_id}.")
     return redirect("task-page", task_id=new.public_id)
 
@@ -296,7 +302,7 @@ def follow_up(request: HttpRequest, task_id: str) -> HttpResponse:
 @json_errors
 def decide(request: HttpRequest, task_id: str, request_id: str) -> JsonResponse:
     """Answer one permission card (JSON for the page's script); a card answered elsewhere gets 409 and its state."""
-    task = actions.get_task(task_id)
+    who, task = auth.task_for(request, task_id, Scope.DECIDE)
     form = DecisionForm(request.POST)
     if not form.is_valid():
         problems = "; ".join(str(e) for errors in form.errors.values() for e in errors)
@@ -308,7 +314,7 @@ def decide(request: HttpRequest, task_id: str, request_id: str) -> JsonResponse:
         request_id=request_id,
         updated_input=data["updated_input"] if data["behavior"] == "allow" else None,
         message=data["message"],
-        by=auth.authenticate(request) or "",
+        by=who.name,
         via=DecidedVia.WEB,
     )
     return JsonResponse(actions.permission_data(perm))

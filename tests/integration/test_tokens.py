@@ -134,5 +134,5 @@ def test_a_token_with_a_real_tokens_lookup_prefix_but_a_wrong_rest_is_refused(re
         assert response.status_code == 401, (header, response.content)
         assert (response.json()["code"], response.json()["reason"]) == ("unauthenticated", "no_such_token")
     assert ApiToken.objects.get(name="real").last_used_at == used_before, "a refused token is not marked as used"
-    assert identify(f"Bearer {real_token}") == "token:real"
+    assert identify(f"Bearer {real_token}").name == "token:real"
     assert get_tasks(real_token).status_code == 200

@@ -271,7 +271,7 @@ def test_the_token_command_in_the_skill_works_as_printed(home, environ, hermes):
     install(home, environ)
 
     meta, body = front_matter(skill_path(hermes).read_text())
-    command = shlex.join([sys.executable, MANAGE_PY, "token", "create", "hermes"])
+    command = shlex.join([sys.executable, MANAGE_PY, "token", "create", "hermes", "--scope", "decide"])
     assert meta["required_environment_variables"][0]["help"] == f"Make one on the Bridge host: {command}"
     assert f"`{command}`" in body
     assert "python manage.py" not in body

@@ -10,7 +10,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.template.loader import render_to_string
 
+from jobs.core.access import Scope
 from jobs.core.hints import manage_command
+from jobs.core.terminal import printable
 from jobs.integrations import tool_configs
 
 SKILL_NAME = "bridge-claude-code"
@@ -20,6 +22,7 @@ CATEGORY_DESCRIPTION = (
     "---\n"
 )
 DEFAULT_URL = tool_configs.DEFAULT_BRIDGE_URL
+HERMES_SCOPE = Scope.DECIDE.value  # the narrowest scope that lets Hermes create, cancel and answer permission questions
 # An earlier skill is kept here, outside the skill library: Hermes offers every file in a skill's folder to the model.
 BACKUP_DIR = "backups"
 
@@ -33,8 +36,14 @@ def skill_backup_dir() -> Path:
     return settings.DATA_DIR / BACKUP_DIR
 
 
-def render_skill(url: str) -> str:
-    token_command = manage_command("token", "create", "hermes")
+def hermes_token_command(scope: str = HERMES_SCOPE) -> str:
+    """The command that makes Hermes' token: `decide` by default, since Hermes answers the permission questions of
+    the tasks it starts; `--token-scope` names a narrower one."""
+    return manage_command("token", "create", "hermes", "--scope", scope)
+
+
+def render_skill(url: str, token_scope: str = HERMES_SCOPE) -> str:
+    token_command = hermes_token_command(token_scope)
     return render_to_string(
         "hermes/bridge_skill.md",
         {
@@ -69,13 +78,22 @@ class Command(BaseCommand):
         parser.add_argument(
             "--print", action="store_true", dest="dry_run", help="show the change for each file; write nothing"
         )
+        parser.add_argument(
+            "--token-scope",
+            choices=[scope.value for scope in Scope],
+            default=HERMES_SCOPE,
+            help=f"the scope of the token the skill tells you to make (default {HERMES_SCOPE}: Hermes answers "
+            "permission questions; run: it only creates, resumes and cancels; read: it only follows tasks)",
+        )
 
-    def handle(self, *args, url: str | None, mcp: bool, dry_run: bool, **options):
+    def handle(self, *args, url: str | None, mcp: bool, dry_run: bool, token_scope: str, **options):
         if url is None:
             url, source = tool_configs.server_url()
-            self.stdout.write(f"Bridge's address for the skill: {url} ({source}; --url sets another)")
+            self.stdout.write(
+                f"Bridge's address for the skill: {printable(url)} ({printable(source)}; --url sets another)"
+            )
         if not url.startswith(("http://", "https://")):
-            raise CommandError(f"--url must start with http:// or https://, not {url!r}")
+            raise CommandError(f"--url must start with http:// or https://, not '{printable(url)}'")
         url = url.rstrip("/")
         home = Path(options.get("home", Path.home()))
         environ = options.get("environ", os.environ)
@@ -86,7 +104,7 @@ class Command(BaseCommand):
         skill = tool_configs.FileChange(
             skill_path,
             tool_configs.read_text_if_exists(skill_path),
-            render_skill(url),
+            render_skill(url, token_scope),
             backup_dir=skill_backup_dir(),
             backup_name=f"{SKILL_NAME}.SKILL.md",
         )
@@ -102,20 +120,22 @@ class Command(BaseCommand):
             try:
                 new = tool_configs.merged_hermes_config(config_path, current, entry)
             except tool_configs.ConfigError as exc:
-                raise CommandError(f"nothing was written: {exc}. Fix the file and run this again.") from None
+                raise CommandError(f"nothing was written: {printable(exc)}. Fix the file and run this again.") from None
             changes.append(tool_configs.FileChange(config_path, current, new))
             if new != current and tool_configs.has_yaml_comments(current):
-                self.stderr.write(f"note: the comments in {config_path} are not kept (the backup has them)")
+                self.stderr.write(f"note: the comments in {printable(config_path)} are not kept (the backup has them)")
 
         for change in changes:
             self.stdout.write(tool_configs.show_or_apply(change, dry_run))
         if entry:
             for warning in tool_configs.credential_warnings(entry):
-                self.stderr.write(f"note: {warning}")
+                self.stderr.write(f"note: {printable(warning)}")
             for warning in tool_configs.executor_warnings(environ, entry):
-                self.stderr.write(f"warning: {warning}")
+                self.stderr.write(f"warning: {printable(warning)}")
         if not dry_run:
             self.stdout.write(
+                f"Make Hermes' token with: {hermes_token_command(token_scope)}\n"
                 "Give Hermes the token without writing it into the skill: export BRIDGE_TOKEN=brg_... before starting "
-                f"it, or put BRIDGE_TOKEN=brg_... in {hermes / '.env'}. Start a new Hermes session to load the skill."
+                f"it, or put BRIDGE_TOKEN=brg_... in {printable(hermes / '.env')}. Start a new Hermes session to load "
+                "the skill."
             )

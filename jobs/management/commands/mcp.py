@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from jobs.agents import executors
+from jobs.core.terminal import printable
 from jobs.mcp.stdio import serve_stdio
 
 log = logging.getLogger("jobs")
@@ -17,7 +18,7 @@ def log_executor_problems() -> None:
     """Say in the client's MCP log (stderr) what would stop an executor, before a task fails on it."""
     for status in executors.executor_report():
         for problem in status.problems:
-            log.warning("%s cannot run: %s. Fix: %s", status.agent, problem.what, problem.fix)
+            log.warning("%s cannot run: %s. Fix: %s", status.agent, printable(problem.what), printable(problem.fix))
 
 
 class Command(BaseCommand):

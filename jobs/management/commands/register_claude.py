@@ -9,6 +9,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs import processes
+from jobs.core.terminal import printable
 from jobs.integrations import tool_configs
 
 
@@ -41,10 +42,14 @@ class Command(BaseCommand):
     def handle(self, *args, dry_run: bool, url: str | None, replace_status_line: bool, no_status_line: bool, **options):
         if url is None and not no_status_line:
             url, source = tool_configs.server_url()
-            self.stdout.write(f"Bridge's address for the status line: {url} ({source}; --url sets another)")
+            self.stdout.write(
+                f"Bridge's address for the status line: {printable(url)} ({printable(source)}; --url sets another)"
+            )
         url = url or tool_configs.DEFAULT_BRIDGE_URL
         if not url.startswith("http://"):
-            raise CommandError(f"--url must start with http:// (the status line speaks plain HTTP), not {url!r}")
+            raise CommandError(
+                f"--url must start with http:// (the status line speaks plain HTTP), not '{printable(url)}'"
+            )
         home = Path(options.get("home", Path.home()))
         environ = options.get("environ", os.environ)
         platform = options.get("platform", processes.PLATFORM)
@@ -61,7 +66,7 @@ class Command(BaseCommand):
             except tool_configs.ConfigError as exc:
                 problems.append(str(exc))
         if problems:
-            listed = "\n  ".join(problems)
+            listed = "\n  ".join(printable(problem) for problem in problems)
             raise CommandError(f"nothing was written:\n  {listed}\nFix the file (or move it away) and run this again.")
 
         if not paths:
@@ -71,13 +76,13 @@ class Command(BaseCommand):
         if not no_status_line:
             self.report_status_line(settings_path, status_line, status_change, kept, dry_run)
         for warning in tool_configs.credential_warnings(entry):
-            self.stderr.write(f"note: {warning}")
+            self.stderr.write(f"note: {printable(warning)}")
         for warning in tool_configs.executor_warnings(environ, entry, platform):
-            self.stderr.write(f"warning: {warning}")
+            self.stderr.write(f"warning: {printable(warning)}")
         if any(change.changed for change in changes) and not dry_run:
             self.stdout.write("Quit Claude Desktop completely and start it again to load Bridge's tools.")
         self.stdout.write("\nTo add Bridge to Claude Code as well (every project), run:")
-        self.stdout.write(tool_configs.claude_code_command(entry, platform))
+        self.stdout.write(printable(tool_configs.claude_code_command(entry, platform)))
 
     @staticmethod
     def desktop_changes(paths: list[Path], entry: dict) -> tuple[list[tool_configs.FileChange], list[str]]:
@@ -103,13 +108,14 @@ class Command(BaseCommand):
     ) -> None:
         if change is None:
             self.stdout.write(
-                f"No Claude Code settings directory at {path.parent}: start Claude Code once and run this again for "
-                f"Bridge's status line, or add this to {path} by hand:\n{json.dumps({'statusLine': status_line})}"
+                f"No Claude Code settings directory at {printable(path.parent)}: start Claude Code once and run this "
+                f"again for Bridge's status line, or add this to {printable(path)} by hand:\n"
+                f"{json.dumps({'statusLine': status_line})}"
             )
         elif kept is not None:
             shown = kept.get("command", kept) if isinstance(kept, dict) else kept
             self.stdout.write(
-                f"{path}: kept its statusLine, which is not Bridge's ({json.dumps(shown)}); "
+                f"{printable(path)}: kept its statusLine, which is not Bridge's ({json.dumps(shown)}); "
                 "run this again with --replace-status-line to show Bridge's instead"
             )
         else:
@@ -120,7 +126,7 @@ class Command(BaseCommand):
     def report_nothing_found(self, home: Path, environ: Mapping[str, str], platform: str, entry: dict) -> None:
         self.stdout.write("No Claude Desktop config found. Looked for:")
         for place in tool_configs.claude_desktop_places(home, environ, platform):
-            self.stdout.write(f"  {place}")
+            self.stdout.write(f"  {printable(place)}")
         self.stdout.write(
             "Install Claude Desktop and start it once (it makes that directory), then run this again; "
             'or add this under "mcpServers" in its config by hand:'

@@ -27,6 +27,7 @@ from django.db.migrations.executor import MigrationExecutor
 from jobs import processes
 from jobs.agents import executors
 from jobs.core.hints import manage_command
+from jobs.core.terminal import printable
 from jobs.integrations import tool_configs
 from jobs.models import PermissionRequest
 from jobs.supervision.supervisor import Supervisor
@@ -69,7 +70,9 @@ def check_database() -> None:
         executor = MigrationExecutor(connection)
         unapplied = executor.migration_plan(executor.loader.graph.leaf_nodes())
     except DatabaseError as exc:
-        raise CommandError(f"cannot use the database ({exc}): is it running, and is DATABASE_URL right?") from None
+        raise CommandError(
+            f"cannot use the database ({printable(exc)}): is it running, and is DATABASE_URL right?"
+        ) from None
     if unapplied:
         raise CommandError(
             f"the database has {len(unapplied)} migration(s) to apply: run {manage_command('migrate')} "
@@ -79,7 +82,8 @@ def check_database() -> None:
 
 def port_taken(host: str, port: int, reason: str) -> str:
     return (
-        f"cannot listen on {host}:{port}: {reason}. Is Bridge (or another server) already running there? "
+        f"cannot listen on {printable(host)}:{port}: {printable(reason)}. Is Bridge (or another server) already "
+        "running there? "
         f"Stop it, or use another port: `make run PORT={port + 1}` "
         f"(or {manage_command('runbridge', '--port', str(port + 1))})"
     )
@@ -119,14 +123,14 @@ class Command(BaseCommand):
                 thread.join()
 
     def _start_supervisor(self) -> tuple[Supervisor, threading.Thread]:
-        self.stderr.write("\n".join(executors.startup_lines(executors.executor_report())))
+        self.stderr.write(printable("\n".join(executors.startup_lines(executors.executor_report())), multiline=True))
         supervisor = Supervisor()
         thread = threading.Thread(target=supervisor.run, name="supervisor", daemon=True)
         thread.start()
         if not supervisor.ready.wait(timeout=60):
             raise CommandError("the supervisor did not start within 60 s (is the database reachable?)")
         if supervisor.startup_error:
-            raise CommandError(f"{supervisor.startup_error}. Did you run {manage_command('migrate')}?")
+            raise CommandError(f"{printable(supervisor.startup_error)}. Did you run {manage_command('migrate')}?")
         return supervisor, thread
 
     # --- one process: it serves, and supervises on a thread ---------------------------------------------------------
@@ -227,7 +231,8 @@ class Command(BaseCommand):
         user, made = login_user()
         if made:
             self.stderr.write(
-                f"First run: made the superuser '{user.get_username()}' (no password; use the login link below)."
+                f"First run: made the superuser '{printable(user.get_username())}' (no password; use the login link "
+                "below)."
             )
         return login_link_path(user)
 
@@ -241,10 +246,11 @@ class Command(BaseCommand):
             log.warning(
                 "could not record this address in %s (%s): pass --url to install_hermes_skill", settings.DATA_DIR, exc
             )
-        self.stdout.write(f"Open this one-time login link (valid 1 hour): {url}{self.login_path}")
-        self.stdout.write(f"Bridge is listening on {url}/")
+        self.stdout.write(f"Open this one-time login link (valid 1 hour): {printable(url)}{self.login_path}")
+        self.stdout.write(f"Bridge is listening on {printable(url)}/")
+        roots = ", ".join(printable(root) for root in settings.BRIDGE_ALLOWED_ROOTS)
         self.stdout.write(
-            f"  data: {settings.DATA_DIR}   allowed roots: {', '.join(map(str, settings.BRIDGE_ALLOWED_ROOTS))}"
+            f"  data: {printable(settings.DATA_DIR)}   allowed roots: {roots}"
             f"   web processes: {len(self.web_processes) or 1}"
         )
         sys.stdout.flush()
@@ -303,7 +309,7 @@ class Stopping:
         if not tasks:
             return f"Bridge: {name} received: no task is running; stopping."
         waiting = PermissionRequest.objects.pending().filter(task__in=tasks).values_list("task__public_id", flat=True)
-        links = [f"{self.command.url}/tasks/{public_id}/" for public_id in dict.fromkeys(waiting)]
+        links = [f"{printable(self.command.url)}/tasks/{public_id}/" for public_id in dict.fromkeys(waiting)]
         lines = [
             f"Bridge: {name} received: no new task starts (queued ones wait for the next start). {len(tasks)} running "
             f"task(s) may finish within BRIDGE_DRAIN_S={settings.BRIDGE_DRAIN_S} s, and this server serves until "

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from jobs import actions, processes
 from jobs.core.errors import BridgeError
 from jobs.core.hints import manage_command
+from jobs.core.terminal import printable
 from jobs.supervision.supervisor import Supervisor
 
 log = logging.getLogger("jobs")
@@ -43,7 +44,7 @@ class Command(BaseCommand):
                 settings.BRIDGE_SUPERVISOR_LABELS if labels is None else labels,
             )
         except BridgeError as exc:
-            raise CommandError(str(exc)) from None
+            raise CommandError(printable(exc)) from None
         supervisor = Supervisor(capacity=concurrency, name=name, labels=labels)
 
         def drain(name: str) -> None:
@@ -59,4 +60,4 @@ class Command(BaseCommand):
         if supervisor.startup_error:
             taken = "Conflict: a supervisor named" in supervisor.startup_error  # nothing to do with migrations
             hint = "" if taken else f" Did you run `{manage_command('migrate')}`?"
-            raise CommandError(f"{supervisor.startup_error}.{hint}")
+            raise CommandError(f"{printable(supervisor.startup_error)}.{hint}")
