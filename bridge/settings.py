@@ -103,6 +103,8 @@ SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or kept_value(
 # This install's name for the machine it runs on: unlike the host name, it does not change when the network renames
 # the machine (jobs/actions/tasks.py, session_home).
 BRIDGE_MACHINE_ID = kept_value(DATA_DIR / "machine_id", lambda: secrets.token_hex(8))
+# What each local doorbell datagram carries, so its processes hear only each other (jobs/core/doorbell.py, _LocalBell).
+BRIDGE_DOORBELL_SECRET = kept_value(DATA_DIR / "doorbell_secret", lambda: secrets.token_hex(16))
 DEBUG = env_bool("BRIDGE_DEBUG", False)
 ALLOWED_HOSTS = env_list("BRIDGE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("BRIDGE_CSRF_TRUSTED_ORIGINS", [])
@@ -255,6 +257,11 @@ BRIDGE_KILL_GRACE_S = env_int("BRIDGE_KILL_GRACE_S", 5, minimum=0)
 BRIDGE_PROCESS_BACKEND = os.environ.get("BRIDGE_PROCESS_BACKEND", "auto").strip() or "auto"
 if BRIDGE_PROCESS_BACKEND not in ("auto", "posix", "portable", "windows"):
     raise SystemExit(f"BRIDGE_PROCESS_BACKEND={BRIDGE_PROCESS_BACKEND!r} must be auto, posix, portable or windows")
+# Whether agents run in a sandbox that hides Bridge's data and processes (jobs/processes/sandbox.py): auto = where
+# one works; on = refuse to start without one; off = never.
+BRIDGE_SANDBOX = os.environ.get("BRIDGE_SANDBOX", "auto").strip().lower() or "auto"
+if BRIDGE_SANDBOX not in ("auto", "on", "off"):
+    raise SystemExit(f"BRIDGE_SANDBOX={BRIDGE_SANDBOX!r} must be auto, on or off")
 BRIDGE_DRAIN_S = env_int("BRIDGE_DRAIN_S", 30, minimum=0)
 # A supervisor rides out an unreachable database (a dropped connection, no connection slot, SQLite's write lock held),
 # retrying with backoff and holding each run's output in memory. A running agent whose output has waited longer than
@@ -282,6 +289,18 @@ BRIDGE_SSE_HEARTBEAT_S = env_int("BRIDGE_SSE_HEARTBEAT_S", 15, minimum=1)
 # A stream client (SSE or websocket) that reads nothing for this long is disconnected: what it has not read is
 # bounded by the connection's buffer (jobs/web/webserver.py), and a stuck client must not hold a stream forever.
 BRIDGE_STREAM_STALL_S = env_int("BRIDGE_STREAM_STALL_S", 60, minimum=1)
+# What a connection may hold of a web process (jobs/web/webserver.py, ConnectionLimits). A request's line and headers
+# must all arrive within BRIDGE_HTTP_HEADER_TIMEOUT_S of the connection's accept (or, on a keep-alive connection, of the
+# request's first byte), however they trickle in; a connection with no request in progress is closed after
+# BRIDGE_HTTP_IDLE_S (an open stream has one in progress); a websocket silent for BRIDGE_WS_PING_INTERVAL_S is pinged
+# and closed if no pong comes within BRIDGE_WS_PING_TIMEOUT_S. One client address may hold
+# BRIDGE_HTTP_MAX_CONNECTIONS_PER_CLIENT connections open in each web process: room for a client's burst of 200
+# (tests/integration/test_concurrency.py) or a stream on each of 200 tasks, beside a browser and a status line.
+BRIDGE_HTTP_HEADER_TIMEOUT_S = env_float("BRIDGE_HTTP_HEADER_TIMEOUT_S", 15, minimum=0.1)
+BRIDGE_HTTP_IDLE_S = env_float("BRIDGE_HTTP_IDLE_S", 60, minimum=0.1)
+BRIDGE_HTTP_MAX_CONNECTIONS_PER_CLIENT = env_int("BRIDGE_HTTP_MAX_CONNECTIONS_PER_CLIENT", 256, minimum=1)
+BRIDGE_WS_PING_INTERVAL_S = env_float("BRIDGE_WS_PING_INTERVAL_S", 20, minimum=1)
+BRIDGE_WS_PING_TIMEOUT_S = env_float("BRIDGE_WS_PING_TIMEOUT_S", 30, minimum=1)
 BRIDGE_PASS_ENV = env_list("BRIDGE_PASS_ENV", [])
 BRIDGE_READ_ROOTS = [Path(p).expanduser() for p in env_list("BRIDGE_READ_ROOTS", [], sep=os.pathsep)]
 BRIDGE_READ_ANYWHERE = env_bool("BRIDGE_READ_ANYWHERE", False)

@@ -11,6 +11,13 @@ request can cost (docs/architecture.md, "Process model").
 `HttpChannel`: Twisted drops a connection whose request line is over its line limit without a word, and answers an
 unparsable request with an empty 400; Bridge's channel raises the limit and answers each in the API's error shape.
 
+Connections that do nothing (`ConnectionLimits`): Twisted's one timer on a connection (60 s) restarts at every byte, so
+a client that sent one header line every few seconds kept its connection for good, and one that sent nothing kept it a
+minute (500 of the first were all open after 60 s, 1,500 of the second after 30 s). `HttpChannel` gives a request's line
+and headers BRIDGE_HTTP_HEADER_TIMEOUT_S in all, from the accept or from the request's first byte; Twisted's timer,
+which it stops while a request is in progress (an open stream is one), is the idle limit between requests; Daphne pings
+a silent websocket and drops it if no pong comes; and `ClientConnections` caps what one client address may hold open.
+
 Back-pressure: an ASGI `send` that waits while the client is not reading.
 
 `AcceptTurns`: web processes that share one listening socket take turns accepting from it.
@@ -40,6 +47,7 @@ import logging
 import weakref
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from a2wsgi.wsgi import build_environ
@@ -48,6 +56,7 @@ from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from twisted.internet import reactor
 from twisted.internet.interfaces import IPushProducer
+from twisted.internet.protocol import connectionDone
 from twisted.web import http
 from zope.interface import implementer
 
@@ -58,6 +67,7 @@ if TYPE_CHECKING:
     from a2wsgi.asgi_typing import HTTPScope
     from a2wsgi.wsgi_typing import Environ
     from twisted.internet.interfaces import IDelayedCall, ITransport
+    from twisted.python.failure import Failure
 
 log = logging.getLogger("jobs")
 
@@ -65,7 +75,13 @@ log = logging.getLogger("jobs")
 # twice that. Twisted's own 16 KiB cut off a 60,000-character task_id; longer still is answered 414 or 431.
 MAX_REQUEST_LINE_BYTES = 64 * 1024
 MAX_REQUEST_HEAD_BYTES = 2 * MAX_REQUEST_LINE_BYTES
-HTTP_REASONS = {400: b"Bad Request", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
+HTTP_REASONS = {
+    400: b"Bad Request",
+    408: b"Request Timeout",
+    414: b"URI Too Long",
+    429: b"Too Many Requests",
+    431: b"Request Header Fields Too Large",
+}
 
 # A web process that shares its listening socket waits this long after each accept for every connection it holds,
 # counting at most ACCEPT_TURN_MAX_HELD of them, before it accepts again (`AcceptTurns`).
@@ -163,23 +179,143 @@ async def read_body(receive, limit: int) -> bytes | None:
             return bytes(kept)
 
 
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What one connection, and one client, may hold of a web process (the README's settings table)."""
+
+    head_timeout_s: float  # a request's line and headers all arrive within this of the accept or its first byte
+    idle_s: float  # a connection with no request in progress is closed after this long
+    per_client: int  # connections one client address may hold open
+    ping_interval_s: float  # a websocket silent this long is pinged (Daphne looks every 2 s) ...
+    ping_timeout_s: float  # ... and dropped if its pong has not come within this
+
+    @classmethod
+    def from_settings(cls) -> ConnectionLimits:
+        return cls(
+            head_timeout_s=settings.BRIDGE_HTTP_HEADER_TIMEOUT_S,
+            idle_s=settings.BRIDGE_HTTP_IDLE_S,
+            per_client=settings.BRIDGE_HTTP_MAX_CONNECTIONS_PER_CLIENT,
+            ping_interval_s=settings.BRIDGE_WS_PING_INTERVAL_S,
+            ping_timeout_s=settings.BRIDGE_WS_PING_TIMEOUT_S,
+        )
+
+
+class ClientConnections:
+    """The connections each client address holds open in this process, so that one client cannot take them all.
+
+    Counted by transport: a websocket takes its connection over from the HTTP channel, which then never hears that it
+    closed, and a transport knows whether it is still connected whichever protocol holds it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held: dict[str, weakref.WeakSet] = {}
+
+    def admit(self, transport: ITransport) -> bool:
+        """Whether `transport`'s client may hold one more connection; if so, it is counted until it closes."""
+        address = client_address(transport)
+        if address not in self.held:
+            self.held = {each: held for each, held in self.held.items() if any(t.connected for t in held)}
+            self.held[address] = weakref.WeakSet()
+        held = self.held[address]
+        if sum(1 for each in held if each.connected) >= self.limit:
+            return False
+        held.add(transport)
+        return True
+
+
+def client_address(transport: ITransport) -> str:
+    """The client's IP address (any other kind of peer, such as a Unix socket's, by its description)."""
+    peer = transport.getPeer()  # type: ignore[misc]  # zope method: no self in the stub
+    return getattr(peer, "host", None) or str(peer)
+
+
 class HttpChannel(http.HTTPChannel):
     """Twisted's HTTP/1.1 connection with Bridge's limits and answers. Twisted drops a connection whose request line
     is over its line limit without a word, and answers an unparsable request (a URL with raw non-ASCII characters,
     such as the README's placeholder `6f1c…` pasted into curl) with an empty 400; here each gets a JSON body saying
-    what was wrong and what to do. `FlowControlledServer` makes one per connection."""
+    what was wrong and what to do. `FlowControlledServer` makes one per connection.
+
+    A request's line and headers must all arrive within `head_timeout_s`, counted from the accept, or on a keep-alive
+    connection from the request's first byte: Twisted's own timer restarts at every byte, so a client that sent a
+    header now and then kept its connection for good. Between requests that timer is the idle limit. A client over
+    its `clients` limit is answered 429 as it connects, and the connection closed."""
 
     MAX_LENGTH = MAX_REQUEST_LINE_BYTES
     totalHeadersSize = MAX_REQUEST_HEAD_BYTES
 
-    def __init__(self, accept_turns: AcceptTurns | None = None) -> None:
+    def __init__(
+        self,
+        accept_turns: AcceptTurns | None = None,
+        clients: ClientConnections | None = None,
+        head_timeout_s: float | None = None,
+    ) -> None:
         super().__init__()
         self.accept_turns = accept_turns
+        self.clients = clients
+        self.head_timeout_s = head_timeout_s
+        self.awaiting_head = True  # the next bytes begin a request's head (none has begun since the last one ended)
+        self.head_deadline: IDelayedCall | None = None
 
     def connectionMade(self) -> None:  # noqa: N802 (Twisted's interface)
         super().connectionMade()
         if self.accept_turns is not None:
             self.accept_turns.accepted(self.transport)
+        if self.clients is not None and not self.clients.admit(self.connected_transport):
+            self.refuse_client(self.clients.limit)
+            return
+        self.start_head_clock()
+
+    def dataReceived(self, data: bytes) -> None:  # noqa: N802
+        if self.awaiting_head and self.head_deadline is None:  # a keep-alive connection's next request begins
+            self.start_head_clock()
+        super().dataReceived(data)
+
+    def allHeadersReceived(self) -> None:  # noqa: N802
+        self.awaiting_head = False
+        self.stop_head_clock()
+        super().allHeadersReceived()
+
+    def requestDone(self, request: http.Request) -> None:  # noqa: N802
+        self.awaiting_head = True  # first: Twisted hands on the bytes of a pipelined next request from here
+        super().requestDone(request)
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:  # noqa: N802
+        self.stop_head_clock()
+        super().connectionLost(reason)
+
+    def start_head_clock(self) -> None:
+        if self.head_timeout_s is not None:
+            self.head_deadline = self.callLater(self.head_timeout_s, self.head_timed_out)
+
+    def stop_head_clock(self) -> None:
+        if self.head_deadline is not None and self.head_deadline.active():  # type: ignore[misc]  # zope: no self
+            self.head_deadline.cancel()  # type: ignore[misc]  # zope method: no self in the stub
+        self.head_deadline = None
+
+    def head_timed_out(self) -> None:
+        """A request whose line has come is answered 408; a connection that has not sent one is closed."""
+        self.head_deadline = None
+        if not self.requests:
+            self.loseConnection()
+            return
+        self.refuse(
+            408,
+            ErrorCode.REQUEST_HEAD_TIMEOUT,
+            f"the request line and headers did not all arrive within {self.head_timeout_s:g} s "
+            "(BRIDGE_HTTP_HEADER_TIMEOUT_S), so the connection closes: send each request whole, on a new connection",
+            timeout_s=self.head_timeout_s,
+        )
+
+    def refuse_client(self, limit: int) -> None:
+        address = client_address(self.connected_transport)
+        self.refuse(
+            429,
+            ErrorCode.TOO_MANY_CONNECTIONS,
+            f"{address} holds {limit} connections to this Bridge web process already "
+            "(BRIDGE_HTTP_MAX_CONNECTIONS_PER_CLIENT): reuse keep-alive connections or close some, then connect "
+            "again",
+            limit=limit,
+        )
 
     def lineLengthExceeded(self, line: bytes) -> None:
         if not self.requests:  # no request has begun: this is its first line, the URL
@@ -210,8 +346,8 @@ class HttpChannel(http.HTTPChannel):
             raise RuntimeError("HttpChannel has no transport: it is not connected")
         return self.transport
 
-    def refuse(self, status: int, code: ErrorCode, message: str) -> None:
-        body = json.dumps({"error": message, "code": code}).encode()
+    def refuse(self, status: int, code: ErrorCode, message: str, **detail: object) -> None:
+        body = json.dumps({"error": message, "code": code, **detail}).encode()
         head = (
             f"HTTP/1.1 {status} {HTTP_REASONS[status].decode()}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -279,8 +415,8 @@ class AcceptTurns:
 
 class FlowControlledServer(Server):
     """Daphne's server whose `send` for response bodies and websocket frames waits until the client has read, and
-    whose HTTP connections are `HttpChannel`s. With `shares_socket`, it takes turns accepting with the other web
-    processes serving the same listening socket (`AcceptTurns`)."""
+    whose HTTP connections are `HttpChannel`s held to `limits` (by default the settings'). With `shares_socket`, it
+    takes turns accepting with the other web processes serving the same listening socket (`AcceptTurns`)."""
 
     listen_failure = ""  # why it could not listen (Daphne only logs it, and stops)
 
@@ -289,10 +425,14 @@ class FlowControlledServer(Server):
         *args,
         shares_socket: bool = False,
         on_listening: Callable[[tuple[str, int]], None] | None = None,
+        limits: ConnectionLimits | None = None,
         **kwargs,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        self.limits = limits or ConnectionLimits.from_settings()
+        ping = {"ping_interval": self.limits.ping_interval_s, "ping_timeout": self.limits.ping_timeout_s}
+        super().__init__(*args, **ping, **kwargs)
         self.accept_turns = AcceptTurns() if shares_socket else None
+        self.clients = ClientConnections(self.limits.per_client)
         self.on_listening = on_listening
 
     def listen_success(self, port) -> None:
@@ -312,8 +452,11 @@ class FlowControlledServer(Server):
 
     @http_factory.setter
     def http_factory(self, factory: http.HTTPFactory) -> None:  # Daphne makes its factory inside run()
-        channel = functools.partial(HttpChannel, accept_turns=self.accept_turns)
+        channel = functools.partial(
+            HttpChannel, accept_turns=self.accept_turns, clients=self.clients, head_timeout_s=self.limits.head_timeout_s
+        )
         factory.protocol = channel  # type: ignore[method-assign,assignment]  # Twisted types it as its own factory
+        factory.timeOut = self.limits.idle_s  # each channel's idle timer, which Twisted stops while a request runs
         self._http_factory = factory
 
     async def handle_reply(self, protocol, message) -> None:

@@ -27,6 +27,8 @@ SCRIPTS = (
     "scale_out.py",
     "dashboard.py",
     "mcp_first_output.py",
+    "slow_clients.py",
+    "doorbell_flood.py",
 )
 
 
