@@ -15,11 +15,16 @@ polling stays only as the safety net.
 
 Without such a layer (SQLite, or PostgreSQL without Redis) the processes of one install on one machine still ring
 each other: each process that listens binds a UDP socket on 127.0.0.1 and names its port in a file under
-DATA_DIR/doorbell/, and a ring is one datagram (the key) to each port named there (`_LocalBell`).
+DATA_DIR/doorbell/, and a ring is one datagram to each port named there: the install's secret, then the key
+(`_LocalBell`). A datagram without the secret (another program on this machine) is dropped before any other work.
+
+A channel layer that fails (Redis down) costs latency only: rings not announced are found by polling. The outage is
+logged once when it begins and once when it ends (`_LayerOutage`), never once per ring.
 """
 
 import asyncio
 import atexit
+import hmac
 import logging
 import os
 import random
@@ -47,6 +52,8 @@ LOOPBACK = "127.0.0.1"
 PEER_FILE = re.compile(r"(\d+)-(\d+)")  # DATA_DIR/doorbell/<pid>-<port>: a local process listening for rings
 PEERS_REREAD_S = 1.0  # the peer list is read again when its folder changes, and at least this often
 MAX_KEY_BYTES = 200
+MAX_DATAGRAM_BYTES = 65536  # more than any UDP datagram holds
+FOREIGN_LOG_EVERY_S = 60.0  # datagrams without the secret are counted, and told of at most this often
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -96,6 +103,55 @@ def layer_spans_processes() -> bool:
     """True for a shared layer (Redis); the in-memory layer only reaches this process, which ring_now covers."""
     layer = get_channel_layer()
     return layer is not None and not isinstance(layer, InMemoryChannelLayer)
+
+
+class _LayerOutage:
+    """One stretch of channel-layer failures, as every user of the layer in this process sees it (the announcer, the
+    cross-process listener, waiters): a warning when it begins, with the reason, and one when the layer answers
+    again, with how long it lasted and what it cost; never one per ring. Thread-safe."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._lock = threading.Lock()
+        self._clock = clock
+        self.since: float | None = None  # clock() at the first failure; None while the layer answers
+        self.lost = 0  # rings not announced meanwhile: other processes find that news by polling
+        self.polling = 0  # waiters that could not listen on the layer meanwhile, and poll instead
+
+    def failed(self, exc: BaseException, *, lost: int = 0, polling: int = 0) -> None:
+        """A call to the layer failed; `lost` rings were not announced, `polling` waiters fell back to polling."""
+        with self._lock:
+            self.lost += lost
+            self.polling += polling
+            if self.since is not None:
+                return
+            self.since = self._clock()
+        cause = exc.exceptions[0] if isinstance(exc, BaseExceptionGroup) else exc
+        log.warning(
+            "doorbell: the channel layer is unreachable (%s: %s); until it answers, other processes hear this one's "
+            "news only by polling (every BRIDGE_POLL_S)",
+            cause.__class__.__name__,
+            (str(cause).strip().splitlines() or [""])[0],
+        )
+
+    def answered(self) -> None:
+        """A call to the layer worked: the outage, if any, is over."""
+        if self.since is None:  # the usual case, without the lock
+            return
+        with self._lock:
+            if self.since is None:
+                return
+            lasted, lost, polling = self._clock() - self.since, self.lost, self.polling
+            self.since, self.lost, self.polling = None, 0, 0
+        log.warning(
+            "doorbell: the channel layer answers again after %.1f s; meanwhile %d ring(s) were not announced and %d "
+            "waiter(s) fell back to polling",
+            lasted,
+            lost,
+            polling,
+        )
+
+
+_outage = _LayerOutage()
 
 
 class _Announcer:
@@ -150,7 +206,9 @@ async def _group_send(key: str) -> None:
         message = {"type": RING_MESSAGE_TYPE, "key": key, "origin": ORIGIN}
         await get_channel_layer().group_send(group_name(key), message)
     except Exception as exc:  # a broken layer must not fail anything: a lost ring costs latency only
-        log.warning("doorbell: could not announce %s through the channel layer: %s", key, exc)
+        _outage.failed(exc, lost=1)
+    else:
+        _outage.answered()
 
 
 _announcer = _Announcer()
@@ -252,12 +310,10 @@ class _Listener:
                 except Exception as exc:  # the layer failed: polling covers the gap; try again soon
                     if stopping.is_set():
                         return
+                    _outage.failed(exc)
                     if loop.time() - began > RECONNECT_MAX_S:
-                        failures = 0  # it had worked for a while: a new outage
+                        failures = 0  # it had worked for a while: back off from the start
                     failures += 1
-                    if failures == 1:
-                        cause = exc.exceptions[0] if isinstance(exc, ExceptionGroup) else exc
-                        log.warning("doorbell: lost the channel layer (%r); reconnecting", cause)
                     delay = min(RECONNECT_MAX_S, 0.05 * 2 ** min(failures, 10))
                     await asyncio.sleep(delay / 2 + random.random() * delay / 2)
         finally:
@@ -297,14 +353,17 @@ class _Listener:
                 wanted = set(_remote_keys)
             renew = loop.time() - renewed >= REJOIN_S
             new = wanted - joined
-            for key in wanted if renew else new:
+            adding, leaving = (wanted if renew else new), joined - wanted
+            for key in adding:
                 await layer.group_add(group_name(key), channel)
                 joined.add(key)
-            for key in joined - wanted:
+            for key in leaving:
                 await layer.group_discard(group_name(key), channel)
                 joined.discard(key)
             if renew:
                 renewed = loop.time()
+            if adding or leaving:
+                _outage.answered()  # Redis took those calls (making a channel alone asks it nothing)
             for key in new:
                 ring_now(key)  # a ring announced before the join was not heard here: look again now
             try:
@@ -316,6 +375,7 @@ class _Listener:
     async def _pass_on(self, layer, channel: str) -> None:
         while True:
             message = await layer.receive(channel)
+            _outage.answered()
             key = message.get("key")
             if isinstance(key, str) and message.get("origin") != ORIGIN:
                 ring_now(key)
@@ -328,17 +388,22 @@ class _LocalBell:
     """Rings between the processes of one install (one DATA_DIR) on one machine, when no channel layer spans them.
 
     A process that listens binds a UDP socket on 127.0.0.1, names it in DATA_DIR/doorbell/<pid>-<port> (the folder
-    is private to Bridge's user) and passes every datagram it gets to `ring_now`, until it exits. A ring sends its key
-    to every port named there but its own. A datagram carries no data and could come from any local process, so a
-    forged one costs a look at the database; a lost one costs latency only, as with any ring.
+    is private to Bridge's user) and passes the key of every datagram it gets to `ring_now`, until it exits. A ring
+    sends the install's secret (BRIDGE_DOORBELL_SECRET, kept in DATA_DIR/doorbell_secret, owner-only) and its key to
+    every port named there but its own. Any local program may send to the port: a datagram that does not begin with
+    the secret is dropped before any other work (a constant-time compare), counted in `foreign`, and told of in at
+    most one log line a minute. A lost ring costs latency only, as with any ring.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._own: tuple[socket.socket, Path] | None = None
         self._sender: socket.socket | None = None
         self._peers: list[int] = []
         self._read_at = (-1, 0.0)  # (the folder's mtime, the clock) when _peers was read
+        self._clock = clock
+        self.foreign = 0  # datagrams dropped for want of the secret (counted by the receiving thread alone)
+        self._foreign_told: tuple[float, int] | None = None  # (the clock, `foreign`) at the last line about them
 
     @staticmethod
     def folder() -> Path:
@@ -358,7 +423,8 @@ class _LocalBell:
             entry.touch(mode=0o600)
             self._own = (receiver, entry)
             self._read_at = (-1, 0.0)
-        threading.Thread(target=self._receive, args=(receiver,), name="doorbell-local", daemon=True).start()
+        secret = settings.BRIDGE_DOORBELL_SECRET.encode()
+        threading.Thread(target=self._receive, args=(receiver, secret), name="doorbell-local", daemon=True).start()
         atexit.register(entry.unlink, missing_ok=True)
 
     @staticmethod
@@ -369,22 +435,42 @@ class _LocalBell:
             if match and not psutil.pid_exists(int(match[1])):
                 entry.unlink(missing_ok=True)
 
-    @staticmethod
-    def _receive(receiver: socket.socket) -> None:
+    def _receive(self, receiver: socket.socket, secret: bytes) -> None:
+        size = len(secret)
+        buffer = memoryview(bytearray(MAX_DATAGRAM_BYTES))  # read whole, never cut short (Windows fails on that)
         while True:
             try:
-                data, _ = receiver.recvfrom(MAX_KEY_BYTES)
+                length, sender = receiver.recvfrom_into(buffer)
             except ConnectionResetError:  # Windows' word for an unreachable port somewhere: keep listening
                 continue
             except OSError as exc:  # polling still finds every piece of news, only later
                 log.warning("doorbell: stopped hearing other local processes: %s", exc)
                 return
-            key = data.decode("utf-8", errors="replace")
-            for each in rung_by(key) if key else ():
+            if not size < length <= size + MAX_KEY_BYTES or not hmac.compare_digest(buffer[:size], secret):
+                self._dropped_foreign(sender)  # ours hold the secret and a key of 1 to MAX_KEY_BYTES bytes
+                continue
+            for each in rung_by(bytes(buffer[size:length]).decode("utf-8", errors="replace")):
                 ring_now(each)
 
+    def _dropped_foreign(self, sender: tuple[str, int]) -> None:
+        """Count a datagram without the secret; tell of them at most once every FOREIGN_LOG_EVERY_S."""
+        self.foreign += 1
+        now = self._clock()
+        if self._foreign_told is not None and now - self._foreign_told[0] < FOREIGN_LOG_EVERY_S:
+            return
+        since = self.foreign - (self._foreign_told[1] if self._foreign_told else 0)
+        self._foreign_told = (now, self.foreign)
+        log.warning(
+            "doorbell: ignored %d datagram(s) without this install's secret (the latest from %s:%d; at most one such "
+            "line a minute): another program on this machine writes to this process's doorbell port, and wakes "
+            "nothing. If a Bridge process of this install sends them, it started before DATA_DIR/doorbell_secret was "
+            "made or changed: restart it",
+            since,
+            *sender[:2],
+        )
+
     def send(self, key: str) -> None:
-        data = key.encode()[:MAX_KEY_BYTES]
+        data = settings.BRIDGE_DOORBELL_SECRET.encode() + key.encode()[:MAX_KEY_BYTES]
         peers = self._current_peers()
         sender = self._sender
         if sender is None:  # no peer has been found yet (the socket is made with the first)
@@ -479,16 +565,22 @@ class AsyncWaiter:
             channel = await layer.new_channel()
             await layer.group_add(group_name(key), channel)
         except Exception as exc:  # a broken layer costs latency only: the waiter still polls
-            log.warning("doorbell: could not listen on the channel layer for %s: %s", key, exc)
+            _outage.failed(exc, polling=1)
             return
         finally:
             self._joined.set()
+        _outage.answered()
         try:
             while True:
                 await layer.receive(channel)
                 self._event.set()
+        except Exception as exc:  # the layer failed under the waiter: it polls from now on
+            _outage.failed(exc, polling=1)
         finally:
-            await layer.group_discard(group_name(key), channel)
+            try:
+                await layer.group_discard(group_name(key), channel)
+            except Exception:  # leaving is a courtesy: the group forgets a silent channel in a day
+                pass
 
     def wake(self) -> None:
         """Wake the waiting coroutine as a ring would; from the waiter's own event loop."""

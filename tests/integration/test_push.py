@@ -94,11 +94,12 @@ def test_the_local_doorbell_names_only_live_processes_and_skips_its_own_port(set
 
     entries = sorted(entry.name for entry in folder.iterdir())
     assert f"{dead.pid}-9" not in entries and len(entries) == 2, entries
-    assert peer.recvfrom(512)[0] == b"task-key"
+    secret = settings.BRIDGE_DOORBELL_SECRET.encode()  # every datagram begins with it (tests/unit/test_doorbell.py)
+    assert peer.recvfrom(512)[0] == secret + b"task-key"
     heard = threading.Event()
     unsubscribe = doorbell.subscribe("from-peer", heard.set, remote=False)
     try:
-        peer.sendto(b"from-peer", ("127.0.0.1", bell._own[0].getsockname()[1]))
+        peer.sendto(secret + b"from-peer", ("127.0.0.1", bell._own[0].getsockname()[1]))
         assert heard.wait(10), "a datagram from another process rings this process's subscribers"
     finally:
         unsubscribe()
@@ -123,8 +124,9 @@ def test_a_task_ring_is_one_datagram_that_also_rings_the_task_list_where_it_arri
     try:
         doorbell._deliver("task-key")
         doorbell._deliver("the-next-ring")
-        assert [peer.recvfrom(512)[0] for _ in range(2)] == [b"task-key", b"the-next-ring"]
-        peer.sendto(b"some-task", ("127.0.0.1", bell._own[0].getsockname()[1]))
+        secret = settings.BRIDGE_DOORBELL_SECRET.encode()  # every datagram begins with it
+        assert [peer.recvfrom(512)[0] for _ in range(2)] == [secret + b"task-key", secret + b"the-next-ring"]
+        peer.sendto(secret + b"some-task", ("127.0.0.1", bell._own[0].getsockname()[1]))
         assert all(event.wait(10) for event in heard.values()), "the task and the task list are both rung"
     finally:
         for unsubscribe in unsubscribes:
