@@ -1,10 +1,16 @@
 """The text of every MCP reply, each shape in one function and each sentence written once.
 
-Replies keep the older Hermes MCP bridge's `KEY: value` header lines (`STATUS: … / JOB_ID: …`), so planners that
-learnt them keep working; free text follows the headers. Nothing here reads the database beyond the objects given.
+Replies keep the older Hermes MCP bridge's `KEY: value` header lines (`STATUS: … / JOB_ID: …`) and its output
+marker (`--- HERMES OUTPUT ---`), so planners that learnt them keep working. Whatever an outsider wrote (the agent's
+output and errors, session ids, paths, file contents, skill names) is data, never structure: every reply is joined
+by `reply`, which makes each of Bridge's own lines one line (`one_line` escapes line breaks, control and bidi
+characters visibly), and text that is not Bridge's own sits last, in a block opened by a `--- … ---` marker where
+each of its lines starts with `| ` (`framed`). So no agent text can add a header line, a marker, or end a block.
+Nothing here reads the database beyond the objects given.
 """
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -16,6 +22,7 @@ from jobs.agents.executors import ExecutorStatus
 from jobs.agents.hermes_skills import Skill, SkillLibrary
 from jobs.core.errors import ErrorCode
 from jobs.core.hints import manage_command
+from jobs.core.terminal import printable
 from jobs.core.vocabulary import Status
 from jobs.models import PermissionRequest, Task, Worker
 
@@ -32,6 +39,31 @@ RUNNING_TAIL_CHARS = 2000
 MAX_LISTED_ENTRIES = 500
 MAX_INPUT_CHARS = 2000
 CANCEL_REQUESTED = "NOTE: cancel requested; the supervisor is stopping the agent."
+BLOCK_LINE = "| "  # what starts every line inside a block
+LINE_BREAK = re.compile(r"\r?\n")
+
+
+def one_line(text: str) -> str:
+    """The text as one line that shows what it holds: `\\n`, `\\x1b`, `\\u202e` for what a terminal or a
+    reader would act on (jobs.core.terminal, the one rule for which characters those are)."""
+    return printable(text)
+
+
+def framed(marker: str, lines: Iterable[str], empty: str) -> list[str]:
+    """A block: its marker, then each line of outsider text behind `| ` (escaped as in one_line, tabs kept), or
+    `empty` when there is none. Only Bridge writes the marker and nothing inside can pass for one."""
+    body = [BLOCK_LINE + printable(line, keep="\t") for line in lines]
+    return [marker, *(body or [empty])]
+
+
+def text_lines(text: str) -> list[str]:
+    """A text's lines for a block (a CRLF ends a line too); none for an empty text."""
+    return LINE_BREAK.split(text) if text else []
+
+
+def reply(lines: Iterable[str], block: Sequence[str] = ()) -> str:
+    """Every reply's one join: Bridge's own lines, each made one line, then the block (from `framed`) last."""
+    return "\n".join([*(one_line(line) for line in lines), *block])
 
 
 def status_word(status: str) -> str:
@@ -52,12 +84,6 @@ def jobs_line(counts: dict[str, int]) -> str:
 
 def pending_line(count: int) -> str:
     return f"PENDING_PERMISSIONS: {count}"
-
-
-def _capped(text: str, cap: int) -> str:
-    if len(text) <= cap:
-        return text
-    return text[:cap] + f"\n[output truncated at {cap} of {len(text)} characters (BRIDGE_MCP_OUTPUT_CHARS)]"
 
 
 # --- a task ----------------------------------------------------------------------------------------------
@@ -118,9 +144,8 @@ def unfinished_task(task: Task, notes: Sequence[str], *, ahead: int | None, pend
         f"Still {task.status}. This is NOT a failure and NOT a timeout. Collect the result with "
         f'hermes_status(job_id="{task.public_id}"). Do not re-run the task.'
     )
-    lines.append(f"--- OUTPUT SO FAR (last {RUNNING_TAIL_CHARS} characters) ---")
-    lines.append(tail or "(no output yet)")
-    return "\n".join(lines)
+    marker = f"--- OUTPUT SO FAR (last {RUNNING_TAIL_CHARS} characters) ---"
+    return reply(lines, framed(marker, text_lines(tail), "(no output yet)"))
 
 
 def finished_task(task: Task, notes: Sequence[str], output: str) -> str:
@@ -129,9 +154,14 @@ def finished_task(task: Task, notes: Sequence[str], output: str) -> str:
     lines.append(f"EXIT_CODE: {task.exit_code if task.exit_code is not None else 'none'}")
     if task.error:
         lines.append(f"ERROR: {task.error}")
-    lines.append(f"--- {task.agent.upper()} OUTPUT ---")
-    lines.append(_capped(output, settings.BRIDGE_MCP_OUTPUT_CHARS) or "(no output)")
-    return "\n".join(lines)
+    cap = settings.BRIDGE_MCP_OUTPUT_CHARS
+    if len(output) > cap:
+        lines.append(
+            f"NOTE: output truncated at {cap} of {len(output)} characters (BRIDGE_MCP_OUTPUT_CHARS); "
+            "FULL_LOG has all of it."
+        )
+        output = output[:cap]
+    return reply(lines, framed(f"--- {task.agent.upper()} OUTPUT ---", text_lines(output), "(no output)"))
 
 
 def joined_existing(task: Task) -> str:
@@ -150,7 +180,7 @@ def job_list(counts: dict[str, int], tasks: Iterable[Task]) -> str:
             f"{task.public_id}  {status_word(task.status):9}  {task.agent:6}  {elapsed_s(task):7.1f}s  "
             f"{task.cwd}  {first_line}"
         )
-    return "\n".join(lines)
+    return reply(lines)
 
 
 # --- permissions ----------------------------------------------------------------------------------------
@@ -170,41 +200,48 @@ def pending_permissions(pending: Sequence[PermissionRequest]) -> str:
             f"TOOL: {perm.tool_name}",
             f"INPUT: {tool_input}",
         ]
-    return "\n".join(lines)
+    return reply(lines)
 
 
 def decision(job_id: str, perm: PermissionRequest) -> str:
-    return f"DECISION: {perm.status}\nJOB_ID: {job_id}\nREQUEST_ID: {perm.request_id}\nTOOL: {perm.tool_name}"
+    return reply(
+        [f"DECISION: {perm.status}", f"JOB_ID: {job_id}", f"REQUEST_ID: {perm.request_id}", f"TOOL: {perm.tool_name}"]
+    )
 
 
 # --- files ----------------------------------------------------------------------------------------------
 
 
-def directory(target: Path, entries: Sequence[Path]) -> str:
+def directory(target: Path, entries: Sequence[Path], notes: Sequence[str] = ()) -> str:
     """A directory's entries (sub-directories end in /), files with their size, at most MAX_LISTED_ENTRIES."""
-    lines = [f"DIRECTORY: {target}", f"ENTRIES: {len(entries)}"]
-    for entry in entries[:MAX_LISTED_ENTRIES]:
-        if entry.is_dir():
-            lines.append(f"{entry.name}/")
-        else:
-            lines.append(f"{entry.name}  {entry.stat().st_size if entry.exists() else '?'} bytes")
+    lines = [f"DIRECTORY: {target}", f"ENTRIES: {len(entries)}", *notes]
     if len(entries) > MAX_LISTED_ENTRIES:
-        lines.append(f"[{len(entries) - MAX_LISTED_ENTRIES} more entries not listed]")
-    return "\n".join(lines)
+        lines.append(
+            f"NOTE: listing the first {MAX_LISTED_ENTRIES}; {len(entries) - MAX_LISTED_ENTRIES} more not listed."
+        )
+    listed = [_entry(entry) for entry in entries[:MAX_LISTED_ENTRIES]]
+    return reply(lines, framed("--- ENTRIES ---", listed, "(empty directory)"))
 
 
-def not_a_file(target: Path) -> str:
-    return f"PATH: {target}\nNot a regular file or directory (a device, socket or pipe); not read."
+def _entry(entry: Path) -> str:
+    if entry.is_dir():
+        return f"{entry.name}/"
+    return f"{entry.name}  {entry.stat().st_size if entry.exists() else '?'} bytes"
 
 
-def file(target: Path, size: int, head: bytes, kind: str) -> str:
+def not_a_file(target: Path, notes: Sequence[str] = ()) -> str:
+    return reply([f"PATH: {target}", *notes, "Not a regular file or directory (a device, socket or pipe); not read."])
+
+
+def file(target: Path, size: int, head: bytes, kind: str, notes: Sequence[str] = ()) -> str:
     """A file's first bytes as text, or a short description when they look binary (a NUL early on)."""
+    lines = [f"FILE: {target}", f"SIZE: {size} bytes", *notes]
     if b"\0" in head[:8192]:
-        return f"FILE: {target}\nSIZE: {size} bytes\nBINARY: yes ({kind}); not shown. First bytes: {head[:32].hex()}"
-    lines = [f"FILE: {target}", f"SIZE: {size} bytes", "--- CONTENT ---", head.decode("utf-8", errors="replace")]
+        return reply([*lines, f"BINARY: yes ({kind}); not shown. First bytes: {head[:32].hex()}"])
     if size > len(head):
-        lines.append(f"[truncated: showed {len(head)} of {size} bytes; raise max_bytes to see more]")
-    return "\n".join(lines)
+        lines.append(f"NOTE: truncated: showed {len(head)} of {size} bytes; raise max_bytes to see more.")
+    content = text_lines(head.decode("utf-8", errors="replace"))
+    return reply(lines, framed("--- CONTENT ---", content, "(empty file)"))
 
 
 # --- Hermes' library and health -------------------------------------------------------------------------
@@ -217,19 +254,24 @@ def categories(library: SkillLibrary, limit: int) -> str:
         counts[skill.category] = counts.get(skill.category, 0) + 1
     lines = [f"# problem: {p}" for p in library.problems]
     lines.append(f"CATEGORIES: {len(library.categories)}  SKILLS: {len(library.skills)}")
-    for name in sorted(library.categories)[:limit]:
-        lines.append(f"{name} ({counts.get(name, 0)} skills): {' '.join(library.categories[name].split())}")
     lines.append("Narrow down with hermes_capabilities(query=…, category=…).")
-    return "\n".join(lines)
+    listed = [
+        f"{name} ({counts.get(name, 0)} skills): {' '.join(library.categories[name].split())}"
+        for name in sorted(library.categories)[:limit]
+    ]
+    return reply(lines, framed("--- CATEGORIES ---", listed, "(none)"))
 
 
 def skill_matches(library: SkillLibrary, found: Sequence[Skill], limit: int) -> str:
+    """The skills found, in a block: their names, descriptions and tags are whatever the skill files say."""
     lines = [f"# problem: {p}" for p in library.problems]
     lines.append(f"MATCHES: {len(found)}" + (f" (showing {limit})" if len(found) > limit else ""))
-    for skill in found[:limit]:
-        tags = f" [tags: {', '.join(skill.tags)}]" if skill.tags else ""
-        lines.append(f"{skill.name} ({skill.category}): {skill.description}{tags}")
-    return "\n".join(lines)
+    listed = [
+        f"{skill.name} ({skill.category}): {skill.description}"
+        + (f" [tags: {', '.join(skill.tags)}]" if skill.tags else "")
+        for skill in found[:limit]
+    ]
+    return reply(lines, framed("--- SKILLS ---", listed, "(none)"))
 
 
 def hermes_missing() -> str:
@@ -244,7 +286,7 @@ def health(ok: bool, hermes_lines: Sequence[str], state: SystemState) -> str:
     workers = ", ".join(f"alive ({_worker(w)})" for w in state.workers) or "none alive"
     lines = ["STATUS: " + ("ok" if ok else "error"), *hermes_lines]
     lines += [f"DATABASE: {state.database}", f"SUPERVISOR: {workers}", jobs_line(state.counts)]
-    return "\n".join(lines)
+    return reply(lines)
 
 
 def _worker(worker: Worker) -> str:
@@ -311,7 +353,7 @@ def supervisor_started(pid: int, log_path: Path) -> str:
 
 def error(message: str, code: ErrorCode, *, refused: bool = False) -> str:
     """Every failed tool's reply: the status word, the message for people, the stable code for programs."""
-    return f"STATUS: {'refused' if refused else 'error'}\nERROR: {message}\nCODE: {code}"
+    return reply([f"STATUS: {'refused' if refused else 'error'}", f"ERROR: {message}", f"CODE: {code}"])
 
 
 def unexpected(tool_name: str, exc: Exception) -> str:

@@ -121,6 +121,7 @@ async def hermes_run(
 ) -> str:
     """Start a Hermes Agent job in cwd (absolute, inside the allowed roots) and wait up to wait_s seconds
     (default 5, at most 150). Returns STATUS/JOB_ID; if still running, collect it later with hermes_status.
+    Read STATUS and JOB_ID from the header lines at the top; the agent's output comes last, each line behind `| `.
     target: run only on the supervisor with this name, host or label (hermes_health lists them); default any."""
     _require_hermes()
     options = dict(max_turns=max_turns, skills=_listify(skills), toolsets=_listify(toolsets))
@@ -159,6 +160,7 @@ async def claude_run(
 ) -> str:
     """Start a Claude Code job in cwd and wait up to wait_s seconds (default 5, at most 150). With
     permission_mode "approve" its tool requests wait for permission_decide; "bypass" allows them all.
+    The reply has the same shape as hermes_status's: header lines first, the output last behind `| `.
     target: run only on the supervisor with this name, host or label (hermes_health lists them); default any."""
     options = dict(model=model, max_turns=max_turns, allowed_tools=allowed_tools)
     spec = _spec(Agent.CLAUDE, task, cwd, timeout_s, options, permission_mode=permission_mode, target=target or "")
@@ -186,7 +188,9 @@ async def claude_resume(
 @tool
 async def hermes_status(job_id: str, wait_s: float = 30) -> str:
     """Any job's status and output (Hermes or Claude). Waits up to wait_s seconds (default 30, at most 150)
-    for it to finish, returning early when it ends or asks for a permission."""
+    for it to finish, returning early when it ends or asks for a permission. The header (`STATUS:`, `JOB_ID:`,
+    `EXIT_CODE:`, `ERROR:` …, one line each) comes first; the output last, under `--- <AGENT> OUTPUT ---` (or
+    `--- OUTPUT SO FAR … ---`), each of its lines behind `| `: only header lines are Bridge's word."""
     wait, notes = waiting.bounded(wait_s)
     task = await in_db(actions.get_task)(job_id)
     await waiting.until_attention(task, wait)
@@ -258,30 +262,31 @@ async def permission_decide(
 # --- reading without an agent ---------------------------------------------------------------------------
 
 
-def _read(path: str, max_bytes: int) -> str:
+def _read(path: str, max_bytes: int, notes: list[str]) -> str:
     target = full_log.readable(path) or paths.resolve_readable(path)
     if target.is_dir():
-        return replies.directory(target, sorted(target.iterdir(), key=lambda p: p.name))
+        return replies.directory(target, sorted(target.iterdir(), key=lambda p: p.name), notes)
     if not target.is_file():
-        return replies.not_a_file(target)
+        return replies.not_a_file(target, notes)
     size = target.stat().st_size
     with open(target, "rb") as f:
         head = f.read(max_bytes)
-    return replies.file(target, size, head, mimetypes.guess_type(target.name)[0] or "unknown type")
+    return replies.file(target, size, head, mimetypes.guess_type(target.name)[0] or "unknown type", notes)
 
 
 @tool
 async def hermes_read(path: str, max_bytes: int = DEFAULT_READ_BYTES) -> str:
     """Read a file (text up to max_bytes; binary files are described) or list a directory, without waking an
-    agent. path must be absolute and inside the allowed roots (or BRIDGE_READ_ROOTS), or a job's FULL_LOG."""
+    agent. path must be absolute and inside the allowed roots (or BRIDGE_READ_ROOTS), or a job's FULL_LOG.
+    The content (or the listing) comes last, under `--- CONTENT ---` (`--- ENTRIES ---`), each line behind `| `."""
     if max_bytes < 1:
         raise InvalidInput(replies.at_least_one("max_bytes", max_bytes))
-    cap, note = settings.BRIDGE_READ_MAX_BYTES, ""
+    cap, notes = settings.BRIDGE_READ_MAX_BYTES, []
     if max_bytes > cap:
-        note = "\n" + replies.clamped("max_bytes", str(max_bytes), str(cap), "BRIDGE_READ_MAX_BYTES")
+        notes.append(replies.clamped("max_bytes", str(max_bytes), str(cap), "BRIDGE_READ_MAX_BYTES"))
         max_bytes = cap
     try:
-        return (await in_db(_read)(path, max_bytes)) + note
+        return await in_db(_read)(path, max_bytes, notes)
     except OSError as exc:
         raise InvalidInput(f"cannot read {path!r}: {exc.strerror or exc}", code=ErrorCode.UNREADABLE) from None
 

@@ -175,7 +175,7 @@ def test_the_seven_tools_of_the_older_bridge_against_the_real_hermes(bridges, fa
 
     log = r["log"]
     assert not log.is_error and Path(done["FULL_LOG"]).parent == (bridge.data_dir / "logs").resolve(), log
-    for words in ("TASK:\nWrite hello.txt", "] tool_use: ", "echo made by hermes > hello.txt", "Wrote hello.txt."):
+    for words in ("TASK:\n| Write hello.txt", "] tool_use: ", "echo made by hermes > hello.txt", "Wrote hello.txt."):
         assert words in log.text, (words, log)
     assert "] status: done" in log.text and "] init: " in log.text
 

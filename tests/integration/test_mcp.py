@@ -125,7 +125,7 @@ def test_run_then_status_then_read_the_artifact(mcp_env, supervisor, work_root):
     assert "This is NOT a failure and NOT a timeout" in started.text and "Do not re-run the task" in started.text
     assert f"CWD: {work_root}" in started.text and "TIMEOUT_S: 1800" in started.text
     assert done.status == "STATUS: ok", done
-    assert "EXIT_CODE: 0" in done.text and "--- CLAUDE OUTPUT ---\nthe end" in done.text
+    assert "EXIT_CODE: 0" in done.text and done.text.endswith("--- CLAUDE OUTPUT ---\n| the end")
     assert SESSION_ID.search(done.text)
     assert "made by the agent" in read.text and not read.is_error
     assert "out.txt" in listing.text and listing.text.startswith(f"DIRECTORY: {work_root}")
@@ -478,7 +478,7 @@ def test_capabilities_read_the_skill_library_from_disk(mcp_env, supervisor):
     assert "research (1 skills)" in summary.text and "arxiv" not in summary.text
     assert "MATCHES: 2" in docker.text and "docker-compose (devops)" in docker.text and "kubernetes" in docker.text
     assert "MATCHES: 1" in research.text and "arxiv (research): Search and summarise arXiv papers" in research.text
-    assert "MATCHES: 2 (showing 1)" in limited.text and len(limited.text.splitlines()) == 2
+    assert "MATCHES: 2 (showing 1)" in limited.text and len(limited.text.splitlines()) == 3
     assert bad.is_error and "limit must be at least 1" in bad.text
 
 
@@ -722,7 +722,7 @@ def test_full_log_is_the_whole_transcript_appended_once_and_only_it_is_readable(
     assert "PENDING_PERMISSIONS: 1" in asked.text and done.status == "STATUS: ok", done
     path = Path(FULL_LOG.search(done.text).group(1))
     assert path == data_dir / "logs" / f"{done.job_id}.log" and FULL_LOG.search(again.text).group(1) == str(path)
-    assert "permission_request: request" in early.text and "text\nlast words" not in early.text
+    assert "permission_request: request" in early.text and "text\n| last words" not in early.text
     log_text = path.read_text()
     task = Task.objects.get(public_id=done.job_id)
     seqs = [int(n) for n in LOGGED_SEQ.findall(log_text)]
@@ -852,7 +852,7 @@ def test_the_http_front_door_answers_its_own_failures_in_json(monkeypatch, caplo
     def fails(headers):
         raise OperationalError(failure)
 
-    monkeypatch.setattr(http_app, "_refusal", fails)
+    monkeypatch.setattr(http_app, "_caller", fails)
     sent: list[dict] = []
 
     async def send(message: dict) -> None:
