@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -18,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import httpx
 import psutil
@@ -329,3 +332,30 @@ class Script:
 def data_events(events: list[dict]) -> list[dict]:
     """Bridge's transcript events (each has its seq as `id:`), without `end` and hbridge's extra events."""
     return [e for e in events if e["id"] is not None]
+
+
+def closing_times(socks: list[socket.socket], since: float, bound_s: float) -> tuple[list[bytes], list[float]]:
+    """What each socket received until the server closed it, and when (seconds after `since`), read side by side;
+    TimeoutError when some are still open after `bound_s` without a byte."""
+    received = {sock: b"" for sock in socks}
+    closed: dict[socket.socket, float] = {}
+    with selectors.DefaultSelector() as selector:
+        for sock in socks:
+            sock.setblocking(False)
+            selector.register(sock, selectors.EVENT_READ)
+        while len(closed) < len(socks):
+            ready = selector.select(timeout=bound_s)
+            if not ready:
+                still = len(socks) - len(closed)
+                raise TimeoutError(f"{still} of {len(socks)} connections still open after {bound_s} s")
+            for key, _ in ready:
+                sock = cast(socket.socket, key.fileobj)
+                try:
+                    chunk = sock.recv(65536)
+                except ConnectionResetError:
+                    chunk = b""
+                received[sock] += chunk
+                if not chunk:
+                    closed[sock] = time.monotonic() - since
+                    selector.unregister(sock)
+    return [received[sock] for sock in socks], [closed[sock] for sock in socks]

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from hypothesis import strategies as st
 
 from jobs import actions
@@ -91,6 +92,30 @@ def has_event(kind: str, **match) -> Callable[[Task], bool]:
         )
 
     return check
+
+
+def at_once(work: Callable[[Any], None], items: list) -> None:
+    """`work(item)` for every item at the same moment (let go by a barrier), each on a thread, and so a database
+    connection, of its own; fails if a thread never returns or raised anything."""
+    barrier = threading.Barrier(len(items), timeout=10)
+    errors: list[BaseException] = []
+
+    def run(item: Any) -> None:
+        try:
+            barrier.wait()
+            work(item)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(item,)) for item in items]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads), "a thread never returned"
+    assert not errors, errors
 
 
 def make_task(prompt: str, **kwargs) -> Task:

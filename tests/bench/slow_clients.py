@@ -9,7 +9,6 @@ burst, apart). Before issue 27.5 none was closed within a minute, and the first 
 """
 
 import argparse
-import selectors
 import socket
 import sys
 import tempfile
@@ -23,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.bench.run import SHIPPED, fake_agent  # noqa: E402
 from tests.bench.table import Row, emit, ms, p50  # noqa: E402
-from tests.bridge_server import BridgeServer  # noqa: E402
+from tests.bridge_server import BridgeServer, closing_times  # noqa: E402
 
 BOUND_S = 120.0  # the longest the bench waits for the server to close them
 
@@ -82,30 +81,6 @@ def open_all(address: tuple[str, int], slow: int, silent: int) -> tuple[list[soc
     return slow_socks, silent_socks
 
 
-def until_all_closed(socks: list[socket.socket], since: float) -> tuple[list[float], list[bytes]]:
-    """When the server closed each socket (after `since`) and what it sent first."""
-    closed: dict[socket.socket, float] = {}
-    received = {sock: b"" for sock in socks}
-    with selectors.DefaultSelector() as selector:
-        for sock in socks:
-            sock.setblocking(False)
-            selector.register(sock, selectors.EVENT_READ)
-        while len(closed) < len(socks):
-            ready = selector.select(timeout=BOUND_S)
-            if not ready:
-                raise SystemExit(f"{len(socks) - len(closed)} connections still open after {BOUND_S} s")
-            for key, _ in ready:
-                try:
-                    chunk = key.fileobj.recv(65536)
-                except ConnectionResetError:
-                    chunk = b""
-                received[key.fileobj] += chunk
-                if not chunk:
-                    closed[key.fileobj] = time.monotonic() - since
-                    selector.unregister(key.fileobj)
-    return [closed[sock] for sock in socks], [received[sock][:12] for sock in socks]
-
-
 def measure(bridge: BridgeServer, args: argparse.Namespace) -> list[Row]:
     url = urlsplit(bridge.url)
     address = (url.hostname, url.port)
@@ -115,7 +90,8 @@ def measure(bridge: BridgeServer, args: argparse.Namespace) -> list[Row]:
     dribbler.start()
     probe.start()
     try:
-        closed, first_bytes = until_all_closed(slow + silent, opened)
+        received, closed = closing_times(slow + silent, opened, BOUND_S)
+        first_bytes = [answer[:12] for answer in received]
     finally:
         dribbler.done.set()
         probe.done.set()

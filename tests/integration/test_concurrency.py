@@ -36,7 +36,7 @@ from jobs.core.errors import Conflict
 from jobs.core.vocabulary import Agent, DecidedVia, PermissionStatus, Status
 from jobs.mcp import replies
 from jobs.models import AgentSession, PermissionRequest, Task, Worker
-from tests.support import REPO, WebProcess, database_url, make_task, postgres_or_skip, rerun_on_postgres
+from tests.support import REPO, WebProcess, at_once, database_url, make_task, postgres_or_skip, rerun_on_postgres
 
 RACERS = 8
 ROUNDS = 20
@@ -669,34 +669,20 @@ def test_concurrent_claimers_take_each_queued_task_exactly_once(
         seen = [(t.pk, t.cwd, t.target) for t in tasks]
         views = {w.pk: data.draw(st.permutations(seen), label=f"queue as {w.name} read it") for w in workers}
         monkeypatch.setattr(runs, "_queued_for", lambda worker: [views[worker.pk].pop()] if views[worker.pk] else [])
-    barrier = threading.Barrier(claimers, timeout=10)
     claims: list[tuple[int, str]] = []
     misses: list[str] = []
-    errors: list[BaseException] = []
 
     def claim(worker: Worker) -> None:
-        try:
-            barrier.wait()
-            for _ in range(queued if reads == "stale" else queued + 1):
-                task = actions.claim_next_task(worker)
-                if task is not None:
-                    claims.append((task.pk, worker.name))
-                    continue
-                misses.append(worker.name)
-                if reads == "live":
-                    return
-        except BaseException as exc:  # noqa: BLE001 - reported below, with the claims made
-            errors.append(exc)
-        finally:
-            connection.close()
+        for _ in range(queued if reads == "stale" else queued + 1):
+            task = actions.claim_next_task(worker)
+            if task is not None:
+                claims.append((task.pk, worker.name))
+                continue
+            misses.append(worker.name)
+            if reads == "live":
+                return
 
-    threads = [threading.Thread(target=claim, args=(w,)) for w in workers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    assert not any(thread.is_alive() for thread in threads), "a claimer never returned"
-    assert not errors, errors
+    at_once(claim, workers)
     taken = Counter(pk for pk, _ in claims)
     assert sorted(taken) == sorted(t.pk for t in tasks) and set(taken.values()) == {1}, f"claims per task: {taken}"
     if reads == "stale":  # every claimer tried every task: all but one try at each lost to the conditional UPDATE

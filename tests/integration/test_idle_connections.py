@@ -9,7 +9,6 @@ import base64
 import json
 import os
 import re
-import selectors
 import socket
 import struct
 import threading
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from jobs.core.errors import ErrorCode
-from tests.bridge_server import BridgeServer
+from tests.bridge_server import BridgeServer, closing_times
 from tests.support import fake_agent_script
 
 HEAD_S = 2.0  # BRIDGE_HTTP_HEADER_TIMEOUT_S
@@ -317,29 +316,6 @@ def test_a_websocket_that_answers_no_ping_is_closed(server):
 # --- many connections --------------------------------------------------------------------------------------------
 
 
-def closing_times(socks: list[socket.socket], since: float) -> tuple[list[bytes], list[float]]:
-    """What each socket received until the server closed it, and when (after `since`), read side by side."""
-    received = {sock: b"" for sock in socks}
-    closed: dict[socket.socket, float] = {}
-    with selectors.DefaultSelector() as selector:
-        for sock in socks:
-            sock.setblocking(False)
-            selector.register(sock, selectors.EVENT_READ)
-        while len(closed) < len(socks):
-            ready = selector.select(timeout=BOUND_S)
-            assert ready, f"{len(socks) - len(closed)} of {len(socks)} connections still open after {BOUND_S} s"
-            for key, _ in ready:
-                try:
-                    chunk = key.fileobj.recv(65536)
-                except ConnectionResetError:
-                    chunk = b""
-                received[key.fileobj] += chunk
-                if not chunk:
-                    closed[key.fileobj] = time.monotonic() - since
-                    selector.unregister(key.fileobj)
-    return [received[sock] for sock in socks], [closed[sock] for sock in socks]
-
-
 def health_on_a_new_connection(server: BridgeServer) -> tuple[int, float]:
     """The status of `GET /health` on a connection of its own, and how long the answer took."""
     sent = time.monotonic()
@@ -357,7 +333,7 @@ def test_health_answers_promptly_while_200_heads_trickle_in_and_each_is_closed_i
         with Dribbler(socks):
             health = [health_on_a_new_connection(server) for _ in range(5)]
             answered = time.monotonic() - opened
-            received, closed = closing_times(socks, opened)
+            received, closed = closing_times(socks, opened, BOUND_S)
     finally:
         for sock in socks:
             sock.close()

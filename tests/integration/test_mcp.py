@@ -503,14 +503,6 @@ def test_hermes_run_status_and_latest_resume_with_the_fake_hermes(mcp_env, super
 # --- Streamable HTTP on a real runbridge ----------------------------------------------------------------
 
 
-@pytest.fixture
-def bridge(tmp_path, fake_agent):
-    server = BridgeServer(tmp_path / "bridge", fake_url="http://127.0.0.1:9", claude=str(fake_agent))
-    server.env["BRIDGE_HERMES_BIN"] = str(tmp_path / "no-such-hermes")
-    with server:
-        yield server
-
-
 def over_http(bridge: BridgeServer, token: str, steps: Callable[[Session], Awaitable[Any]]) -> Any:
     async def main() -> Any:
         headers = {"Authorization": f"Bearer {token}"}

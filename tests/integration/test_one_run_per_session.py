@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -26,7 +26,7 @@ from jobs.core import doorbell
 from jobs.core.vocabulary import Agent, Status
 from jobs.models import AgentSession, Task, Worker
 from tests.integration.test_mcp import JOB_ID, Session, over_stdio
-from tests.support import has_event, make_task, postgres_or_skip, rerun_on_postgres, wait_for
+from tests.support import at_once, has_event, make_task, postgres_or_skip, rerun_on_postgres, wait_for
 
 BOUND_S = 15  # well under the supervisor's poll (SLOW_POLL_S): only a ring starts a waiting task this soon
 SLOW_POLL_S = 120
@@ -294,31 +294,17 @@ def test_no_two_tasks_of_one_session_ever_run_at_once_and_the_oldest_free_task_i
 def claim_round(workers: list[Worker], queued: list[Task], reads: str, views: dict[int, list]) -> list[int]:
     """Each supervisor claims on a thread (and connection) of its own, all let go at once, until it gets nothing
     (`live`) or has tried every task of its own view of the queue (`stale`). Returns the claimed task pks."""
-    barrier = threading.Barrier(len(workers), timeout=10)
     claimed: list[int] = []
-    errors: list[BaseException] = []
 
     def claim(worker: Worker) -> None:
-        try:
-            barrier.wait()
-            for _ in range(len(queued) + 1):
-                task = actions.claim_next_task(worker)
-                if task is not None:
-                    claimed.append(task.pk)
-                elif reads == "live" or not views[worker.pk]:
-                    return
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
+        for _ in range(len(queued) + 1):
+            task = actions.claim_next_task(worker)
+            if task is not None:
+                claimed.append(task.pk)
+            elif reads == "live" or not views[worker.pk]:
+                return
 
-    threads = [threading.Thread(target=claim, args=(worker,)) for worker in workers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    assert not any(thread.is_alive() for thread in threads), "a claimer never returned"
-    assert not errors, errors
+    at_once(claim, workers)
     return claimed
 
 

@@ -336,14 +336,6 @@ def test_an_mcp_request_needs_the_most_any_tool_it_calls_needs(message, needed):
     assert mcp_http.needed_scope(json.dumps(message).encode()) == needed
 
 
-@pytest.fixture
-def bridge(tmp_path, fake_agent):
-    server = BridgeServer(tmp_path / "bridge", fake_url="http://127.0.0.1:9", claude=str(fake_agent))
-    server.env["BRIDGE_HERMES_BIN"] = str(tmp_path / "no-such-hermes")
-    with server:
-        yield server
-
-
 def made_token(bridge: BridgeServer, name: str, *options: str) -> str:
     return run_manage(["token", "create", name, *options], bridge.env).stdout.strip().splitlines()[-1]
 

@@ -1,0 +1,14 @@
+"""Fixtures the integration modules share (the suite-wide ones are in tests/conftest.py)."""
+
+import pytest
+
+from tests.bridge_server import BridgeServer
+
+
+@pytest.fixture
+def bridge(tmp_path, fake_agent):
+    """A real `runbridge` running the fake agent, with no Hermes installed (a module may define its own `bridge`)."""
+    server = BridgeServer(tmp_path / "bridge", fake_url="http://127.0.0.1:9", claude=str(fake_agent))
+    server.env["BRIDGE_HERMES_BIN"] = str(tmp_path / "no-such-hermes")
+    with server:
+        yield server
