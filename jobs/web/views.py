@@ -22,7 +22,7 @@ from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse, S
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlsafe_base64_decode
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_POST, require_safe
 
 from jobs import actions, processes
 from jobs.actions import tokens
@@ -40,9 +40,10 @@ SSE_BATCH = 500
 SSE_PRIME = 200  # events a resumed stream re-reads so it does not send a streamed text twice
 
 
-@require_GET
+@require_safe
 def health(request: HttpRequest) -> JsonResponse:
-    """Open to everyone: says whether the server, its database and a supervisor are up, and nothing private."""
+    """Open to everyone: says whether the server, its database and a supervisor are up, and nothing private. Bridge's
+    web server answers most polls from a snapshot of this answer (jobs/web/health.py); this view makes it fresh."""
     state = actions.system_state()
     ok = state.database == "ok"
     status = "ok" if ok else "degraded"

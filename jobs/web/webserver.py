@@ -8,6 +8,10 @@ each wait for the loop): 0.95 ms of CPU per request for a trivial app against 0.
 same app written for ASGI. Django refuses database access on the event loop's thread, so one hand-off is the least a
 request can cost (docs/architecture.md, "Process model").
 
+`GET /health` and `HEAD /health` from a Host Django accepts are answered from a snapshot of the health view's answer
+no older than a second (jobs/web/health.py), on the event loop, with no hand-off and no database read: through Django
+every poll ran the view's five queries and executor checks.
+
 `HttpChannel`: Twisted drops a connection whose request line is over its line limit without a word, and answers an
 unparsable request with an empty 400; Bridge's channel raises the limit and answers each in the API's error shape.
 
@@ -44,6 +48,7 @@ import functools
 import io
 import json
 import logging
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -62,6 +67,7 @@ from zope.interface import implementer
 
 from jobs import processes
 from jobs.core.errors import ErrorCode
+from jobs.web import health
 
 if TYPE_CHECKING:
     from a2wsgi.asgi_typing import HTTPScope
@@ -89,6 +95,10 @@ ACCEPT_TURN_S = 0.002
 ACCEPT_TURN_MAX_HELD = 4
 
 
+# A WSGI app's answer as `PooledDjango` carries it back: (status, headers, the body whole or as it streams).
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes | AsyncIterator[bytes]]
+
+
 class PooledDjango:
     """An ASGI app that answers each HTTP request with one call of a WSGI app (Django's) on a fixed pool of threads.
 
@@ -97,26 +107,41 @@ class PooledDjango:
     leaves: its view runs on a pool thread like any other and hands the thread back when it returns, so an open
     stream holds no thread (Django's ASGI handler, which served it before, kept a thread per open stream)."""
 
-    def __init__(self, wsgi: Callable, workers: int) -> None:
+    def __init__(self, wsgi: Callable, workers: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.wsgi = wsgi
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="web")
+        self.health = health.HealthSnapshot(clock)
 
     async def __call__(self, scope: HTTPScope, receive, send) -> None:
         body = await read_body(receive, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
         if body is None:
             return  # the client left before its request was whole
         environ = build_environ(scope, io.BytesIO(body))  # type: ignore[arg-type]  # a2wsgi: any file-like body
-        call = contextvars.copy_context().run
-        status, headers, content = await asyncio.get_running_loop().run_in_executor(
-            self.pool, call, self.respond, environ
-        )
+        if health.is_health_check(scope) and health.host_is_allowed(environ):
+            refresh = functools.partial(self.call_whole, health.refresh_environ(environ))
+            answer: Answer = await self.health.reply(refresh)
+        else:
+            answer = await self.call(environ)
+        status, headers, content = answer
         await send({"type": "http.response.start", "status": status, "headers": headers})
         if isinstance(content, bytes):
             await send({"type": "http.response.body", "body": content})
         else:
             await stream_until_gone(content, receive, send)
 
-    def respond(self, environ: Environ) -> tuple[int, list[tuple[bytes, bytes]], bytes | AsyncIterator[bytes]]:
+    async def call(self, environ: Environ) -> Answer:
+        """`respond` on a pool thread, in a copy of this request's context."""
+        run = contextvars.copy_context().run
+        return await asyncio.get_running_loop().run_in_executor(self.pool, run, self.respond, environ)
+
+    async def call_whole(self, environ: Environ) -> health.Reply:
+        """`call` for an answer that must not stream (a health snapshot keeps the whole answer)."""
+        status, headers, content = await self.call(environ)
+        if not isinstance(content, bytes):
+            raise TypeError(f"{environ['PATH_INFO']} answered with a stream, where a whole answer was expected")
+        return status, headers, content
+
+    def respond(self, environ: Environ) -> Answer:
         """(status, headers, body) of the WSGI app's answer, on a pool thread; the body is an async iterator when the
         response streams from one."""
         started: list = []

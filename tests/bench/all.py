@@ -23,6 +23,7 @@ SCRIPTS = (
     "real_cli.py",
     "ingest.py",
     "http_load.py",
+    "health_load.py",
     "idle.py",
     "scale_out.py",
     "dashboard.py",
