@@ -181,6 +181,10 @@ class Task(models.Model):
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.TextField(blank=True)
     last_seq = models.IntegerField(default=0)
+    # Who may still write to the task (docs/architecture.md, "Fencing"): which claim a running task runs under, moved
+    # on by every claim (runs._take), so a run's writes land only while the task runs under the run's own; NULL once
+    # its terminal status event is written, after which nothing more is appended (events.append_events).
+    claim = models.IntegerField(null=True, db_default=models.Value(0))
     # Set by create-or-join: one active (queued or running) task per key, enforced by the database across processes.
     dedupe_key = models.CharField(max_length=64, blank=True, default="")
     # A supervisor name, host or label the planner asked for; empty: any supervisor that serves the cwd.

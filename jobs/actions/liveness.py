@@ -4,7 +4,9 @@ that looks at it, not by the next supervisor's scan (docs/architecture.md, "Orph
 A supervisor is alive if it has not stopped and, on this host, its pid still has the recorded create time, or, on
 another host, its heartbeat is fresh (`worker_is_alive`). Every adapter's single-task read goes through `get_task`,
 which settles the task it returns; list and count reads call `settle_running_tasks` (or `settle_orphans` on the
-rows they hold) first, and health (`system_state`) lists only `live_supervisors`.
+rows they hold) first, and health (`system_state`) lists only `live_supervisors`. Settling never waits long on a lock
+another process holds: a read that cannot take the task at once answers with the task as read, and a later read
+settles it (`runs.mark_orphaned`).
 """
 
 import logging
@@ -102,7 +104,9 @@ def orphan(task: Task, worker: Worker | None) -> Task:
     """End a running task whose supervisor (`worker`, None when its row is gone) is dead: the one way, wherever that
     is found (a read, a stream's sweep, another supervisor's scan). Nobody can manage its processes now, so on this
     host its agent and whatever the agent started, wherever it was re-parented (`processes.kill_tagged`), are killed
-    first; every event recorded so far is kept; nothing is re-run."""
+    first; every event recorded so far is kept; nothing is re-run. When another transaction holds the task (its frozen
+    supervisor's, say), the task is returned as read and a later read settles it: no read waits on another process
+    (`runs.mark_orphaned`)."""
     if worker is None:
         reason = "its supervisor is gone (no record of it is left)"
     else:
@@ -114,5 +118,6 @@ def orphan(task: Task, worker: Worker | None) -> Task:
     if here or worker is None:  # a gone row's host is unknown; what carries the task's tag here is the task's
         processes.kill_tagged(str(task.public_id), task.process_create_time)
     task = mark_orphaned(task, reason + ". Nothing was re-run.")
-    log.warning("task %s orphaned: %s", task.public_id, reason)
+    if task.status == Status.ORPHANED:
+        log.warning("task %s orphaned: %s", task.public_id, reason)
     return task

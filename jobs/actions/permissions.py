@@ -123,6 +123,12 @@ def request_to_decide(task: Task, request_id: str | None) -> PermissionRequest:
     return perm
 
 
+def lock_task_row(task: Task) -> None:
+    """Take the task's row before its permission requests', the order a run's writes take them in (runs.under_claim),
+    so a decision and a run's write on one task never deadlock (PostgreSQL; SQLite's one writer lock has no order)."""
+    list(Task.objects.select_for_update().filter(pk=task.pk).values_list("pk", flat=True))
+
+
 def decide_permission(
     task: Task,
     *,
@@ -139,6 +145,7 @@ def decide_permission(
     if not allowed and not message:
         message = f"Denied by {by or 'the planner'}"
     with transaction.atomic():
+        lock_task_row(task)
         perm = request_to_decide(task, request_id)
         decision = {
             "status": PermissionStatus.ALLOWED if allowed else PermissionStatus.DENIED,
@@ -166,6 +173,7 @@ def expire_permissions(task: Task) -> list[PermissionRequest]:
     expired = []
     for perm in PermissionRequest.objects.overdue().filter(task=task):
         with transaction.atomic():
+            lock_task_row(task)
             message = f"No decision within {timeout} s (BRIDGE_PERMISSION_TIMEOUT_S); denied automatically."
             won = (
                 PermissionRequest.objects.pending()

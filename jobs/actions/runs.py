@@ -1,17 +1,20 @@
 """A task's life under a supervisor: claimed, spawned, linked to its agent session, finished or orphaned."""
 
+import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import BooleanField, F, Field, Model, Q, QuerySet, UUIDField
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from jobs.actions import rows
-from jobs.actions.events import append_events, status_event
+from jobs.actions.events import WriteRefused, append_events, status_event
 from jobs.actions.permissions import cancel_open_permissions
 from jobs.actions.workers import answers_to, live_supervisors, servable_by, serves, wait_reason
 from jobs.core import doorbell, paths
@@ -19,6 +22,7 @@ from jobs.core.errors import BridgeError
 from jobs.core.vocabulary import TOKEN_FIELDS, Agent, Status
 from jobs.models import AgentSession, PermissionRequest, Task, TaskEvent, Worker
 
+log = logging.getLogger(__name__)
 USAGE_FIELDS = ("cost_usd", *TOKEN_FIELDS, "num_turns")
 
 # The usage figures an agent reports as its session's running total rather than for one run. Measured with the real
@@ -30,7 +34,7 @@ CUMULATIVE_FIELDS: dict[str, tuple[str, ...]] = {Agent.CLAUDE: ("cost_usd",)}
 BASE_SEARCH_LIMIT = 50
 # Queued tasks a claim looks through for one this supervisor serves, where rows are not locked (SQLite).
 CLAIM_LOOKAHEAD = 50
-TAKEN_FIELDS = ("status", "worker", "started_at", "wait_reason")  # what a claim sets (_take)
+TAKEN_FIELDS = ("status", "worker", "started_at", "wait_reason", "claim")  # what a claim sets (_take)
 # How often one process looks at the whole queue for tasks no live supervisor can serve (see explain_waits).
 EXPLAIN_WAITS_EVERY_S = 2.0
 _explained_at = {"t": float("-inf")}
@@ -82,15 +86,16 @@ def _queued_for(worker: Worker) -> list[tuple[int, str, str]]:
 
 
 def _take(pk: int, worker: Worker) -> bool:
-    """Mark a queued task running under `worker`; False when another claim took it first, or when its agent session
-    is busy (`session_is_free`: the statement that decides, whatever the read before it saw). One UPDATE, written here
-    for the reason `_queued_for` is built once."""
+    """Mark a queued task running under `worker`, under a claim of its own (`Task.claim` moves on: the run's writes
+    carry it, `under_claim`); False when another claim took it first, or when its agent session is busy
+    (`session_is_free`: the statement that decides, whatever the read before it saw). One UPDATE, written here for the
+    reason `_queued_for` is built once."""
     meta, quote = Task._meta, connection.ops.quote_name
-    status, worker_id, started_at, wait = (quote(cast(Field, meta.get_field(name)).column) for name in TAKEN_FIELDS)
+    status, worker_id, started_at, wait, claim = (_column(Task, name) for name in TAKEN_FIELDS)
     free, free_params = session_is_free()
     sql = (
-        f"UPDATE {quote(meta.db_table)} SET {status} = %s, {worker_id} = %s, {started_at} = %s, {wait} = ''"
-        f" WHERE {quote(meta.pk.column)} = %s AND {status} = %s AND {free}"
+        f"UPDATE {quote(meta.db_table)} SET {status} = %s, {worker_id} = %s, {started_at} = %s, {wait} = '',"
+        f" {claim} = {claim} + 1 WHERE {quote(meta.pk.column)} = %s AND {status} = %s AND {free}"
     )
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     with connection.cursor() as cursor:
@@ -225,17 +230,71 @@ def tasks_with_news(pks: list[int]) -> set[int]:
 
 
 def current_state(task: Task) -> Task:
-    """The task's row as the database holds it now (its status, a cancel request), as a copy: a run asks after
-    every ring, so it is read by its one statement (jobs/actions/rows.py)."""
+    """The task's row as the database holds it now (its status, its claim, a cancel request), as a copy: a run asks
+    after every ring, so it is read by its one statement (jobs/actions/rows.py)."""
     [now] = rows.select(Task, id=task.pk)
     return now
 
 
+# --- fencing: a run writes only while its task runs under its claim ---------------------------------------------------
+# A run's supervisor can stop for a while (SIGSTOP, a long GC pause, a suspended laptop or VM) past its heartbeat's
+# lease: a peer or a read then orphans its task, and the run, when it goes on, must write nothing more. So every write
+# of a run names the claim it runs under (`Task.claim`, moved on by each claim) and lands only while the task is still
+# running under it (docs/architecture.md, "Fencing").
+
+
+@contextmanager
+def under_claim(task: Task, claim: int) -> Iterator[None]:
+    """One transaction in which a run writes (events, its pid, its session, permission asks, their withdrawal and
+    delivery): it first takes the task's row, only while the task is running under `claim` (a conditional SELECT …
+    FOR UPDATE; SQLite's write lock is held from BEGIN), so nobody can end or claim the task again until the write
+    commits. Refused with WriteRefused, nothing written, when the task is no longer the run's."""
+    with transaction.atomic():
+        if not _holds_claim(task.pk, claim):
+            raise _claim_lost(task, claim)
+        yield
+
+
+def _holds_claim(task_pk: int, claim: int) -> bool:
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT 1 FROM {quote(Task._meta.db_table)} WHERE {quote(Task._meta.pk.column)} = %s"
+        f" AND {_column(Task, 'status')} = %s AND {_column(Task, 'claim')} = %s"
+    )
+    if connection.features.has_select_for_update:
+        sql += " FOR UPDATE"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [task_pk, Status.RUNNING, claim])
+        return cursor.fetchone() is not None
+
+
+def _claim_lost(task: Task, claim: int) -> WriteRefused:
+    """The refusal of a run's write to a task no longer running under the run's claim, saying what became of it."""
+    now = Task.objects.filter(pk=task.pk).values_list("status", "claim").first()
+    status, current = now if now is not None else ("gone", None)
+    if status == Status.RUNNING:
+        why = f"it was claimed again (claim {current}; this run's is {claim})"
+    else:
+        why = f"it is {status} now"
+    return WriteRefused(
+        f"task {task.public_id} is no longer running under this run's claim ({why}): nothing of this write was "
+        "recorded",
+        status=status,
+    )
+
+
+def _of_claim(tasks: QuerySet, claim: int | None) -> QuerySet:
+    """The running tasks among `tasks`, and, given a run's `claim`, only if running under it."""
+    running = tasks.filter(status=Status.RUNNING)
+    return running if claim is None else running.filter(claim=claim)
+
+
 def mark_spawned(task: Task, pid: int, create_time: float, argv: list[str]) -> None:
     """Record the child's pid and create time: together they tell it apart from a later process with its pid."""
-    Task.objects.filter(pk=task.pk).update(pid=pid, process_create_time=create_time)
+    with transaction.atomic():  # with its event, or not at all
+        Task.objects.filter(pk=task.pk).update(pid=pid, process_create_time=create_time)
+        append_events(task, [("spawned", {"pid": pid, "argv": argv})])
     task.pid, task.process_create_time = pid, create_time
-    append_events(task, [("spawned", {"pid": pid, "argv": argv})])
 
 
 def link_session(task: Task, session_id: str) -> AgentSession:
@@ -260,29 +319,32 @@ def finish_task(
     error: str = "",
     usage: dict[str, Any] | None = None,
     stderr_tail: str = "",
+    claim: int | None = None,
 ) -> Task:
-    """Record the end of a run; pending permission requests that outlive their task become cancelled."""
+    """Record the end of a run; pending permission requests that outlive their task become cancelled. A task no longer
+    running is left as it is; given the run's `claim`, that is refused (WriteRefused), as is a task running under
+    another claim: the end, its usage and its status event are written only by the run the task is still running
+    under."""
     given = usage or {}
     reported = {k: given[k] for k in USAGE_FIELDS if given.get(k) is not None}
     with transaction.atomic():
         usage, how = own_usage(task, reported)
-        updated = (
-            Task.objects.running()
-            .filter(pk=task.pk)
-            .update(
-                status=status,
-                finished_at=timezone.now(),
-                exit_code=exit_code,
-                result=result,
-                error=error,
-                stderr_tail=stderr_tail,
-                **usage,
-            )
+        updated = _of_claim(Task.objects.filter(pk=task.pk), claim).update(
+            status=status,
+            finished_at=timezone.now(),
+            exit_code=exit_code,
+            result=result,
+            error=error,
+            stderr_tail=stderr_tail,
+            **usage,
         )
+        if not updated:
+            if claim is not None:
+                raise _claim_lost(task, claim)
+            rows.refresh(task)
+            return task
         cancel_open_permissions(task, "the task ended before it was answered")
         rows.refresh(task)
-        if not updated:
-            return task
         if task.session_id and usage.get("cost_usd"):
             AgentSession.objects.filter(pk=task.session_id).update(
                 total_cost_usd=F("total_cost_usd") + usage["cost_usd"]
@@ -363,16 +425,62 @@ def reported_usage(task: Task, fields: list[str]) -> dict[str, float]:
 
 
 def mark_orphaned(task: Task, reason: str) -> Task:
-    """End a running task whose supervisor died: nobody can manage its process any more."""
-    with transaction.atomic():
-        updated = (
-            Task.objects.running()
-            .filter(pk=task.pk)
-            .update(status=Status.ORPHANED, finished_at=timezone.now(), error=reason)
-        )
-        cancel_open_permissions(task, "the task's supervisor died before it was answered")
-        task.refresh_from_db()
-        if updated:
-            append_events(task, [status_event(task, error=reason)])
-            release_session(task)
+    """End a running task whose supervisor died: nobody can manage its process any more. Never waits long for a lock
+    another process holds (a frozen supervisor's open transaction holds its task's row, and a read that settles must
+    not hang on it): past ORPHAN_LOCK_WAIT_S it leaves the task as it was read, for a later read to settle."""
+    try:
+        with _waiting_at_most(ORPHAN_LOCK_WAIT_S):
+            updated = (
+                Task.objects.running()
+                .filter(pk=task.pk)
+                .update(status=Status.ORPHANED, finished_at=timezone.now(), error=reason)
+            )
+            if updated:
+                cancel_open_permissions(task, "the task's supervisor died before it was answered")
+            task.refresh_from_db()
+            if updated:
+                append_events(task, [status_event(task, error=reason)])
+                release_session(task)
+    except OperationalError as exc:
+        if not _held_elsewhere(exc):
+            raise
+        log.debug("task %s: not orphaned yet: another transaction holds it (%s); a later read settles it", task, exc)
     return task
+
+
+# --- waiting for locks: bounded where a read settles ---------------------------------------------------------------
+# How long the write that orphans a task waits for a lock another transaction holds before it gives up (the task is
+# then shown as read and settled by a later read). A live writer holds a task's row for milliseconds.
+ORPHAN_LOCK_WAIT_S = 0.2
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for a lock not granted in time (lock_timeout, NOWAIT)
+
+
+@contextmanager
+def _waiting_at_most(seconds: float) -> Iterator[None]:
+    """One transaction that waits at most `seconds` for any lock (then OperationalError: `_held_elsewhere`). PostgreSQL:
+    `lock_timeout` for the transaction, put back as it was after (the transaction may be part of a caller's). SQLite:
+    its busy timeout, which bounds the wait for its one write lock, taken at BEGIN."""
+    milliseconds = max(1, int(seconds * 1000))
+    if connection.vendor != "sqlite":
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SHOW lock_timeout")
+            before = cursor.fetchone()[0]
+            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{milliseconds}ms"])
+            yield
+            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [before])
+        return
+    connection.ensure_connection()
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout")
+        before = cursor.fetchone()[0]
+        cursor.execute(f"PRAGMA busy_timeout = {milliseconds}")
+        try:
+            with transaction.atomic():
+                yield
+        finally:
+            cursor.execute(f"PRAGMA busy_timeout = {int(before)}")
+
+
+def _held_elsewhere(exc: OperationalError) -> bool:
+    """Whether a statement failed because another transaction held what it needed past the wait it was given."""
+    return getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE or "database is locked" in str(exc)

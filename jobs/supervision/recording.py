@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 
 from jobs import actions
+from jobs.actions.runs import under_claim
 from jobs.core.resilience import Outage, drop_connection, is_transient
 from jobs.core.vocabulary import PermissionStatus
 from jobs.models import PermissionRequest, Task, TaskEvent
@@ -164,9 +165,12 @@ class Recorder:
     counted by a new one: together they count every event dropped.
     """
 
-    def __init__(self, task: Task, on_recorded: Callable[[PermissionRequest], None]) -> None:
+    def __init__(self, task: Task, on_recorded: Callable[[PermissionRequest], None], claim: int | None = None) -> None:
         self.task = task
         self.on_recorded = on_recorded  # a permission request is in the database (already answered: pass it on)
+        # The claim of the run whose writes these are: each lands only while the task still runs under it
+        # (`actions.under_claim`); a refused one raises WriteRefused, nothing of it written. None: not a run's writes.
+        self.claim = claim
         self.writes: deque[Write] = deque()
         self.outage = Outage(f"task {task.public_id}")
         self.held_bytes = 0
@@ -215,11 +219,14 @@ class Recorder:
         )
         self.dropped += count
 
-    def clear(self) -> None:
-        """Nothing more is to be written (the task was ended elsewhere)."""
+    def clear(self) -> tuple[int, int]:
+        """Nothing more is to be written (the task was ended elsewhere): the writes owed are dropped. Returns how many,
+        and how many events they held."""
+        dropped = (len(self.writes), sum(len(w.payload) for w in self.writes if w.kind == "events"))
         self.writes.clear()
         self.held_bytes = self.held_events = 0
         self.note = None
+        return dropped
 
     def attempt(self, call: Callable[[], object]) -> bool:
         """`call()` against the database unless waiting out a backoff; False when it failed in a way that may pass
@@ -259,6 +266,15 @@ class Recorder:
         self.note = None
 
     def _write(self, write: Write) -> None:
+        """One write, under the run's claim when it has one (`under_claim`: refused, nothing written, once the task is
+        not running under it)."""
+        if self.claim is None:
+            self._write_now(write)
+            return
+        with under_claim(self.task, self.claim):
+            self._write_now(write)
+
+    def _write_now(self, write: Write) -> None:
         task = self.task
         if write.kind == "events":
             if not (write.tried and self._events_recorded(write.payload, write.after)):

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from jobs import actions, processes
+from jobs.actions.events import WriteRefused
 from jobs.core import doorbell, paths
 from jobs.core.errors import BridgeError, Conflict
 from jobs.core.resilience import DB_ERRORS, Outage, drop_connection, retry
@@ -54,6 +55,7 @@ QUIET_CLOSE_S = 5.0
 # The longest the next claim waits for the last run's agent to start (a cwd on a hung network file system can stall a
 # start): claiming meanwhile would compete with that start for the interpreter (one thread of Python at a time).
 START_WAIT_S = 2.0
+REAP_WAIT_S = 5.0  # how long an abandoned run waits for its killed agent's exit, so that it is collected
 
 
 # --- plain data for the runners ---------------------------------------------------------------------------------
@@ -161,12 +163,12 @@ class Phase(Enum):
     STARTING = "starting"  # claimed; no agent yet
     RUNNING = "running"  # the agent is started and recorded (`TaskRun.agent` exists from here on)
     EXITED = "exited"  # the agent's process exited; the rest of its output is read
-    ABANDONED = "abandoned"  # ended elsewhere (a peer orphaned it): the agent was killed, nothing more is written
+    ABANDONED = "abandoned"  # no longer this run's (a peer orphaned it): the agent was killed, nothing more is written
     ENDED = "ended"  # its end is recorded, or it never started
 
 
 NEXT_PHASES: dict[Phase, set[Phase]] = {
-    Phase.STARTING: {Phase.RUNNING, Phase.ENDED},
+    Phase.STARTING: {Phase.RUNNING, Phase.ABANDONED, Phase.ENDED},
     Phase.RUNNING: {Phase.EXITED, Phase.ABANDONED, Phase.ENDED},
     Phase.EXITED: {Phase.ABANDONED, Phase.ENDED},
     Phase.ABANDONED: {Phase.ENDED},
@@ -199,7 +201,8 @@ class TaskRun(threading.Thread):
         self.phase = Phase.STARTING
         self._agent: Agent | None = None
         self.inbox: queue.Queue[InboxItem] = queue.Queue(maxsize=INBOX_SIZE)
-        self.rec = Recorder(task, self._deliver)  # every write to the database goes through it, in order
+        # every write to the database goes through it, in order, under the claim the task was taken with
+        self.rec = Recorder(task, self._deliver, claim=task.claim)
         self.gave_up: GaveUp | None = None  # the database stayed away too long: the agent was stopped
         self.stopping: Stopping | None = None
         self.output_bytes = 0
@@ -238,12 +241,11 @@ class TaskRun(threading.Thread):
         unsubscribe = doorbell.subscribe(str(self.task.public_id), self.wake)
         try:
             self._run()
+        except WriteRefused as refused:  # the task is no longer this run's: not one more write
+            self._abandon(f"a write was refused ({refused.message})")
         except Exception as exc:
             log.exception("task %s: supervisor error", self.task.public_id)
-            if self._agent is not None:
-                processes.kill_tree(self._agent.proc.pid, self._agent.create_time)
-            error = f"Bridge failed while running it: {exc!r}"
-            retry(lambda: actions.finish_task(self.task, status=Status.FAILED, error=error), self.rec.outage)
+            self._fail(exc)
         finally:
             if self._agent is not None:  # after the end is recorded: what left the agent's group, wherever it went
                 processes.kill_tagged(str(self.task.public_id), self._agent.create_time)
@@ -252,6 +254,19 @@ class TaskRun(threading.Thread):
             drop_connection()
             self.done.set()
             self.supervisor.wake()
+
+    def _fail(self, exc: Exception) -> None:
+        """Bridge itself failed while running the task: its agent is stopped and the task failed, saying so."""
+        if self._agent is not None:
+            processes.kill_tree(self._agent.proc.pid, self._agent.create_time)
+        error = f"Bridge failed while running it: {exc!r}"
+        try:
+            retry(
+                lambda: actions.finish_task(self.task, status=Status.FAILED, error=error, claim=self.rec.claim),
+                self.rec.outage,
+            )
+        except WriteRefused as refused:
+            self._abandon(f"its failure was not recorded ({refused.message})")
 
     def _run(self) -> None:
         try:
@@ -347,21 +362,19 @@ class TaskRun(threading.Thread):
 
     def _record_end(self, **fields: Any) -> None:
         """Write what is owed, then the end, however long the database takes: while this supervisor lives, its task
-        never stays running. A task ended elsewhere meanwhile gets nothing more. With nothing owed and no question
-        open, `finish_task` alone sees to that (it ends only a running task, and there is nothing of this run's for it
-        to close), which spares the end a read."""
+        never stays running. A task no longer running under this run's claim gets nothing more: the first write it
+        refuses ends the run (`_abandon`)."""
 
         def write() -> None:
-            owed = self.rec.writes or self.open_asks
-            if owed and actions.current_state(self.task).status != Status.RUNNING:
-                self.rec.clear()
-                return
             self.rec.write_all()
             if self.gave_up is not None:
                 fields.update(status=Status.FAILED, error=self.gave_up.reason(self.rec.dropped))
-            actions.finish_task(self.task, **fields)
+            actions.finish_task(self.task, claim=self.rec.claim, **fields)
 
-        retry(write, self.rec.outage)
+        try:
+            retry(write, self.rec.outage)
+        except WriteRefused as refused:
+            self._abandon(f"its end was not recorded ({refused.message})")
 
     # --- reading and writing ----------------------------------------------------------------------------------
     def _next_items(self) -> list[InboxItem]:
@@ -516,8 +529,8 @@ class TaskRun(threading.Thread):
         for perm in actions.undelivered_decisions(self.task):
             self._deliver(perm)
         now = actions.current_state(self.task)
-        if now.status != Status.RUNNING:
-            self._abandon(now.status)
+        if now.status != Status.RUNNING or now.claim != self.rec.claim:
+            self._abandon(f"it is {now.status} now" + (", under another claim" if now.status == Status.RUNNING else ""))
             return
         if self.stopping is None and now.cancel_requested_at is not None:
             self._begin_stop(Status.CANCELLED, now.cancel_reason or "cancelled by request")
@@ -525,12 +538,25 @@ class TaskRun(threading.Thread):
             for perm in actions.expire_permissions(self.task):
                 self._deliver(perm)
 
-    def _abandon(self, status: str) -> None:
-        """The task was ended elsewhere (a peer found this supervisor's heartbeat stale and marked it orphaned):
-        its record is closed, so the agent is stopped at once and nothing more is written."""
-        log.warning("task %s is %s elsewhere; killing its agent", self.task.public_id, status)
-        processes.kill_tree(self.agent.proc.pid, self.agent.create_time)
-        self.rec.clear()
+    def _abandon(self, why: str) -> None:
+        """The task is no longer this run's (a peer found this supervisor's heartbeat stale and orphaned it, or it was
+        claimed again): its agent is killed at once and nothing more is written; what the run still owed is dropped,
+        counted in one log line."""
+        if self._agent is not None:
+            processes.kill_tree(self._agent.proc.pid, self._agent.create_time)
+            try:  # its exit is collected here: no zombie lingers for as long as this supervisor lives
+                self._agent.proc.wait(timeout=REAP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass  # not dead yet (uninterruptible sleep): reaped when this supervisor exits
+        writes, events = self.rec.clear()
+        log.warning(
+            "task %s is no longer this run's: %s; %s, and the %d writes it still owed (%d events) were dropped",
+            self.task.public_id,
+            why,
+            "its agent was killed" if self._agent is not None else "no agent had started",
+            writes,
+            events,
+        )
         self._enter(Phase.ABANDONED)
 
     def _check_clock(self, now: float) -> None:
