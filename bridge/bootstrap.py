@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,8 @@ CLAUDE_CODE_VERSION = "2.1.332"
 HERMES_VERSION = "0.19.0"
 INSPECTOR_VERSION = "2.12.0"
 NODE22_VERSION = "22.23.3"  # the Inspector needs Node >= 22.19; the npm package `node` brings one privately
+# POSIX's exec keeps the process (its pid, its place under make and the terminal); Windows' starts another one.
+CAN_EXEC = os.name == "posix"
 RUN_EXTRAS = "postgres,redis"
 TEST_EXTRAS = "postgres,redis,test"
 LOCKS = {RUN_EXTRAS: REPO / "requirements" / "run.txt", TEST_EXTRAS: REPO / "requirements" / "test.txt"}
@@ -48,14 +51,25 @@ class SetupError(Exception):
     """A step that cannot go on; the message says what to do."""
 
 
+class SaidWhy(SetupError):
+    """A step that failed and has said why itself: `manage.py`'s start-up checks name the setting, the path and the
+    fix (bridge/data_dir.py, jobs/management/startup.py), so nothing is added below their one message."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(f"exit code {exit_code}")
+        self.exit_code = exit_code
+
+
 def say(message: str) -> None:
     print(f"bridge: {message}", file=sys.stderr, flush=True)
 
 
-def run(*argv: object, **kwargs) -> None:
-    """Run a command, failing with its name and exit code."""
+def run(*argv: object, says_why: bool = False, **kwargs) -> None:
+    """Run a command, failing with its name and exit code (or, for one that `says_why` it failed, its exit code)."""
     args = [str(a) for a in argv]
     result = subprocess.run(args, cwd=kwargs.pop("cwd", REPO), **kwargs)
+    if says_why and result.returncode > 0:
+        raise SaidWhy(result.returncode)
     if result.returncode != 0:
         raise SetupError(f"`{' '.join(args)}` failed with exit code {result.returncode}")
 
@@ -118,16 +132,31 @@ def ensure_venv() -> Path:
 
 def ensure_installed(python: Path, extras: str) -> None:
     """The lock file's pinned dependencies (hashes checked), then the project itself, again only when pyproject.toml
-    or the lock file has changed since the last install."""
-    lock = LOCKS[extras]
-    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + lock.read_bytes()).hexdigest()
-    stamp = VENV / f".installed-{extras.replace(',', '-')}"
-    if stamp.exists() and stamp.read_text().strip() == digest:
+    or the lock file has changed since the last install. The test extras hold the run extras: after `make test`,
+    `make run` installs nothing."""
+    if extras == RUN_EXTRAS and _installed(TEST_EXTRAS):
         return
+    if _installed(extras):
+        return
+    lock = LOCKS[extras]
     say(f"installing Bridge and its dependencies ({extras}, pinned in {lock.relative_to(REPO)}) into {VENV}")
     run(python, "-m", "pip", "install", "-q", "--require-hashes", "-r", lock)
     run(python, "-m", "pip", "install", "-q", "--no-deps", "-e", ".")
-    stamp.write_text(digest + "\n")
+    _stamp(extras).write_text(_digest(extras) + "\n")
+
+
+def _digest(extras: str) -> str:
+    return hashlib.sha256((REPO / "pyproject.toml").read_bytes() + LOCKS[extras].read_bytes()).hexdigest()
+
+
+def _stamp(extras: str) -> Path:
+    return VENV / f".installed-{extras.replace(',', '-')}"
+
+
+def _installed(extras: str) -> bool:
+    """Whether .venv holds these extras as pyproject.toml and their lock file say now."""
+    stamp = _stamp(extras)
+    return stamp.exists() and stamp.read_text().strip() == _digest(extras)
 
 
 def lock() -> None:
@@ -256,22 +285,23 @@ def lint(python: Path) -> None:
 
 
 def serve(python: Path, host: str, port: int) -> int:
-    """Set up the database and the first token, then become the server. On POSIX this process turns into it (exec):
-    Ctrl-C and every other signal reach `runbridge` alone, `make` waits for it to drain, and nothing of this process
-    is left to print a traceback or keep Bridge's environment readable. Windows has no such exec: there this process
-    waits for the server, through any number of Ctrl-C or Ctrl-Break, which the console sends to both."""
-    run(python, "manage.py", "migrate", "--no-input", "-v0")
-    run(python, "manage.py", "token", "ensure")
+    """Set up the database and the first token, then become the server. A step that fails has said why in one
+    message (an unusable data dir or database, naming the setting), and nothing is added to it. On POSIX this
+    process turns into the server (exec): Ctrl-C and every other signal reach `runbridge` alone, `make` waits for it
+    to drain, and nothing of this process is left to print a traceback or keep Bridge's environment readable.
+    Windows has no such exec: there this process waits for the server, through any number of Ctrl-C or Ctrl-Break,
+    which the console sends to both."""
+    run(python, "manage.py", "migrate", "--no-input", "-v0", says_why=True)
+    run(python, "manage.py", "token", "ensure", says_why=True)
     argv = [str(python), "manage.py", "runbridge", "--host", host, "--port", str(port)]
-    if os.name == "posix":
+    if CAN_EXEC:
         os.chdir(REPO)
         os.execv(python, argv)
     server = subprocess.Popen(argv, cwd=REPO)
-    while True:
-        try:
-            return server.wait()
-        except KeyboardInterrupt:
-            continue
+    for name in ("SIGINT", "SIGBREAK"):  # the console sends them to the server as well: it decides, this one waits
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), lambda *_: None)
+    return server.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return dispatch(args)
+    except SaidWhy as exc:
+        return exc.exit_code
     except SetupError as exc:
         say(str(exc))
         return 1

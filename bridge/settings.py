@@ -2,11 +2,12 @@
 
 import os
 import secrets
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import dj_database_url
+
+from bridge import data_dir
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -60,51 +61,21 @@ def env_list(name: str, default: list[str], sep: str = ",") -> list[str]:
 
 
 DATA_DIR = Path(os.environ.get("BRIDGE_DATA_DIR") or BASE_DIR / "var").expanduser().resolve()
-DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+data_dir.make_data_dir(DATA_DIR)
 
 
-def _owner_only(path: Path, mode: int) -> None:
-    """Bridge's data is for this user only; a file or folder made before this rule is tightened too."""
-    try:
-        if not path.exists():
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, mode))
-        path.chmod(mode)
-    except OSError:
-        pass  # not ours to change (e.g. another user's data dir): Bridge still runs, as before
-
-
-_owner_only(DATA_DIR, 0o700)
-
-
-def kept_value(path: Path, make: Callable[[], str]) -> str:
-    """A value made on first use and kept at `path`, readable by this user only (never shared with children).
-
-    Processes that start at once on a new data dir (runbridge and an MCP server, or test workers) each write a whole
-    value to a file of their own and link it into place: the first link wins, and everyone reads that, never a file
-    that another process has created but not yet written."""
-    if not path.exists():
-        fd, made = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")  # mode 0600
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(make())
-            try:
-                os.link(made, path)
-            except FileExistsError:
-                pass  # another process was first: its value stands
-        finally:
-            os.unlink(made)
-    return path.read_text().strip()
+data_dir.owner_only(DATA_DIR, 0o700)
 
 
 # DJANGO_SECRET_KEY, else a key made once.
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or kept_value(
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or data_dir.kept_value(
     DATA_DIR / "secret_key", lambda: secrets.token_urlsafe(50)
 )
 # This install's name for the machine it runs on: unlike the host name, it does not change when the network renames
 # the machine (jobs/actions/tasks.py, session_home).
-BRIDGE_MACHINE_ID = kept_value(DATA_DIR / "machine_id", lambda: secrets.token_hex(8))
+BRIDGE_MACHINE_ID = data_dir.kept_value(DATA_DIR / "machine_id", lambda: secrets.token_hex(8))
 # What each local doorbell datagram carries, so its processes hear only each other (jobs/core/doorbell.py, _LocalBell).
-BRIDGE_DOORBELL_SECRET = kept_value(DATA_DIR / "doorbell_secret", lambda: secrets.token_hex(16))
+BRIDGE_DOORBELL_SECRET = data_dir.kept_value(DATA_DIR / "doorbell_secret", lambda: secrets.token_hex(16))
 DEBUG = env_bool("BRIDGE_DEBUG", False)
 ALLOWED_HOSTS = env_list("BRIDGE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("BRIDGE_CSRF_TRUSTED_ORIGINS", [])
@@ -183,7 +154,15 @@ if DATABASES["default"]["ENGINE"] == SQLITE_ENGINE:
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
     if str(DATABASES["default"]["NAME"]) != ":memory:":
         # made 0600 before SQLite opens it: SQLite gives the database's -wal and -shm files its mode
-        _owner_only(Path(DATABASES["default"]["NAME"]), 0o600)
+        data_dir.owner_only(Path(DATABASES["default"]["NAME"]), 0o600)
+
+# How messages name the database, and the fix they offer last (jobs/management/startup.py); a SQLite file Bridge
+# cannot use stops the start-up here, naming it.
+DATABASE_SETTING = data_dir.database_setting()
+DATABASE_ELSEWHERE = data_dir.elsewhere()
+DATABASE_PLACE = data_dir.database_place(DATABASES["default"], DATA_DIR)
+if data_dir.is_sqlite(DATABASES["default"]) and str(DATABASES["default"]["NAME"]) != ":memory:":
+    data_dir.check_sqlite_file(DATABASES["default"], DATA_DIR)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -338,6 +317,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and BRIDGE_
         "max_size": BRIDGE_DB_POOL_SIZE,
         "timeout": BRIDGE_DB_POOL_TIMEOUT_S,
     }
+# PostgreSQL ends a session that sits this long inside a transaction without a statement, releasing its locks: a
+# frozen process (SIGSTOP, a suspended laptop or VM) would otherwise hold its task's row, and with it every write to
+# that task, for as long as it is frozen. Bridge's own transactions go from statement to statement at once. 0: off
+# (PgBouncer refuses the `options` start-up parameter unless told to ignore it).
+BRIDGE_PG_IDLE_IN_TRANSACTION_S = env_float("BRIDGE_PG_IDLE_IN_TRANSACTION_S", 30, minimum=0)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and BRIDGE_PG_IDLE_IN_TRANSACTION_S:
+    _pg_options = DATABASES["default"].setdefault("OPTIONS", {})
+    _pg_options["options"] = (
+        f"{_pg_options.get('options', '')} "
+        f"-c idle_in_transaction_session_timeout={max(1, round(BRIDGE_PG_IDLE_IN_TRANSACTION_S * 1000))}"
+    ).strip()
 
 # --- browser pages ---------------------------------------------------------------------------------------------
 LOGIN_URL = "login"

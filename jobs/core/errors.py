@@ -48,6 +48,7 @@ class ErrorCode(StrEnum):
     HEADERS_TOO_LARGE = "headers_too_large"
     INTERNAL_ERROR = "internal_error"
     DATABASE_BUSY = "database_busy"
+    DATABASE_UNAVAILABLE = "database_unavailable"
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,9 @@ MEANINGS: dict[ErrorCode, Meaning] = {
     ErrorCode.HEADERS_TOO_LARGE: Meaning(431, "a request header over 64 KiB"),
     ErrorCode.INTERNAL_ERROR: Meaning(500, "a bug: Bridge failed, and logged the traceback"),
     ErrorCode.DATABASE_BUSY: Meaning(503, "the database could not take the request in time; retry after `Retry-After`"),
+    ErrorCode.DATABASE_UNAVAILABLE: Meaning(
+        503, "the database cannot be used or is not migrated; the message names the setting, the path and the fix"
+    ),
 }
 
 

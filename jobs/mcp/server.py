@@ -2,10 +2,19 @@
 
 import functools
 import logging
+from collections.abc import Callable
+from typing import Any
 
+from asgiref.sync import sync_to_async
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools import Tool
+from mcp.types import CallToolResult, TextContent
 
-from jobs.mcp import tools  # noqa: F401  (importing it registers the tools)
+from jobs.core.errors import ErrorCode
+from jobs.mcp import (
+    replies,
+    tools,  # noqa: F401  (importing it registers the tools)
+)
 from jobs.mcp.registry import TOOLS
 
 INSTRUCTIONS = """\
@@ -34,11 +43,58 @@ How to work with it:
 """
 
 
+class StartUpGate:
+    """What the stdio server needs before its tools can work: a database that answers and is migrated.
+
+    Claude Desktop may start `manage.py mcp` before `make run` ever ran on the user's data dir, so `manage.py mcp`
+    migrates the database itself as it starts (`hold_until`) rather than send the user to a terminal. If that fails
+    (a PostgreSQL server not up yet, a migration that fails), every tool answers STATUS: error with the one message,
+    which the planner can relay, and tries again first: once the cause is fixed the tools work, with no restart of
+    Claude Desktop. /mcp over HTTP holds nothing back: runbridge checked the database before it began to serve."""
+
+    def __init__(self) -> None:
+        self.check: Callable[[], str] | None = None  # '' once the database can be used, else why not
+
+    def hold_until(self, check: Callable[[], str]) -> str:
+        """Run `check` now; while it says why not, each tool call runs it again first."""
+        problem = check()
+        self.check = check if problem else None
+        return problem
+
+    async def problem(self) -> str:
+        check = self.check
+        if check is None:
+            return ""
+        problem = await sync_to_async(check, thread_sensitive=True)()
+        if not problem:
+            self.check = None
+        return problem
+
+
+start_up = StartUpGate()
+
+
+def behind_the_gate(tool: Tool) -> Tool:
+    """`tool`, answering the start-up gate's message instead of running while the database cannot be used."""
+    run = tool.fn
+
+    async def gated(**arguments: Any) -> Any:
+        problem = await start_up.problem()
+        if not problem:
+            return await run(**arguments)
+        message = f"{problem}. Each tool call tries again, so once that is fixed the tools work (no restart needed)"
+        text = replies.error(message, ErrorCode.DATABASE_UNAVAILABLE)
+        return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+    return tool.model_copy(update={"fn": gated})
+
+
 @functools.cache
 def get_server() -> MCPServer:
-    """The one server, made once with every tool registered."""
+    """The one server, made once with every tool registered (each behind the start-up gate)."""
     root_handlers, root_level = list(logging.root.handlers), logging.root.level
-    server = MCPServer("bridge", instructions=INSTRUCTIONS, version="1", tools=TOOLS)
+    gated = [behind_the_gate(tool) for tool in TOOLS]
+    server = MCPServer("bridge", instructions=INSTRUCTIONS, version="1", tools=gated)
     # Building the server configures the root logger (a handler, level INFO); Bridge's logging is Django's LOGGING.
     logging.root.handlers[:] = root_handlers
     logging.root.setLevel(root_level)

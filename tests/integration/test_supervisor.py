@@ -490,7 +490,8 @@ def test_a_supervisor_without_a_database_says_why_and_exits(tmp_path):
         [sys.executable, str(REPO / "manage.py"), "supervise"], env=env, cwd=REPO, capture_output=True, text=True
     )
     assert run.returncode == 1
-    assert "could not start" in run.stderr and "migrate" in run.stderr
+    assert "Bridge cannot use the database" in run.stderr and "manage.py migrate" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
 
 
 # --- whatever the agent started dies with it ------------------------------------------------------------------

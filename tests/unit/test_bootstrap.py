@@ -1,5 +1,6 @@
 """The cross-platform setup entry point (bridge/bootstrap.py) that `make` and Windows both call."""
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,42 @@ def test_the_entry_point_runs_without_django_and_explains_itself():
         [sys.executable, "-m", "bridge.bootstrap", "--help"], cwd=bootstrap.REPO, capture_output=True, text=True
     )
     assert helped.returncode == 0 and all(word in helped.stdout for word in ("run", "test", "lint", "tools"))
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGBREAK"])
+def test_where_there_is_no_exec_run_waits_for_the_server_through_the_consoles_signals(
+    monkeypatch, tmp_path, signal_name
+):
+    """Windows has no exec that keeps the process: `run` starts the server and waits for it. The console sends
+    Ctrl-C (SIGINT) and Ctrl-Break to both; the server decides what they mean, and `run` keeps waiting for its exit
+    code instead of dying with a traceback. Here the 'server' sends the signal to `run` itself, then exits 3."""
+    number = getattr(signal, signal_name, signal.SIGTERM)  # SIGBREAK is Windows' own; SIGTERM stands in elsewhere
+    server = (
+        f"import os, time; time.sleep(0.2); os.kill(os.getppid(), {int(number)}); time.sleep(0.5); raise SystemExit(3)"
+    )
+    monkeypatch.setattr(bootstrap, "CAN_EXEC", False)
+    monkeypatch.setattr(bootstrap, "run", lambda *args, **kwargs: None)
+    if not hasattr(signal, signal_name):
+        monkeypatch.setattr(bootstrap.signal, signal_name, number, raising=False)
+    real_popen = subprocess.Popen
+    monkeypatch.setattr(bootstrap.subprocess, "Popen", lambda argv, **kw: real_popen([sys.executable, "-c", server]))
+    saved = {n: signal.getsignal(n) for n in (signal.SIGINT, number)}
+    try:
+        assert bootstrap.serve(Path(sys.executable), "127.0.0.1", 0) == 3
+    finally:
+        for n, handler in saved.items():
+            signal.signal(n, handler)
+
+
+@pytest.mark.parametrize("installed", [(), ("run",), ("test",), ("run", "test")])
+def test_make_run_after_make_test_installs_nothing(monkeypatch, tmp_path, installed):
+    """The test extras hold the run extras: a current test install serves `run` too, so a `make run` after
+    `make test` neither waits for pip nor needs the network."""
+    monkeypatch.setattr(bootstrap, "VENV", tmp_path)
+    extras = {"run": bootstrap.RUN_EXTRAS, "test": bootstrap.TEST_EXTRAS}
+    for name in installed:
+        bootstrap._stamp(extras[name]).write_text(bootstrap._digest(extras[name]) + "\n")
+    calls: list[tuple] = []
+    monkeypatch.setattr(bootstrap, "run", lambda *args, **kwargs: calls.append(args))
+    bootstrap.ensure_installed(Path(sys.executable), bootstrap.RUN_EXTRAS)
+    assert bool(calls) is (not installed), calls

@@ -167,7 +167,7 @@ def test_a_new_data_dir_and_its_files_are_private_to_this_user(tmp_path):
 def test_processes_that_start_at_once_on_a_new_data_dir_all_read_one_whole_value(tmp_path, racers):
     """The first to make the secret key is still writing it while the others look: none reads it half-made, and all
     read the same value."""
-    from bridge.settings import kept_value
+    from bridge.data_dir import kept_value
 
     path = tmp_path / "secret_key"
     first_is_making, let_first_finish = threading.Event(), threading.Event()

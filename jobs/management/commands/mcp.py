@@ -9,6 +9,8 @@ from django.core.management.base import BaseCommand
 
 from jobs.agents import executors
 from jobs.core.terminal import printable
+from jobs.management.startup import migrate_database
+from jobs.mcp.server import start_up
 from jobs.mcp.stdio import serve_stdio
 
 log = logging.getLogger("jobs")
@@ -24,12 +26,15 @@ def log_executor_problems() -> None:
 class Command(BaseCommand):
     help = (
         "Serve Bridge's MCP tools on stdin/stdout (logs go to stderr). Jobs run in a supervisor, started detached "
-        "if none is alive, so they outlive this process."
+        "if none is alive, so they outlive this process. A database not yet migrated is migrated first."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING)  # stdout carries the protocol, nothing else
         log.propagate = False  # Bridge's own logger already writes to stderr (settings.LOGGING): each line once
+        problem = start_up.hold_until(migrate_database)  # Claude Desktop may start this before `make run` ever ran
+        if problem:  # every tool answers it too, and tries again (jobs/mcp/server.py, StartUpGate)
+            log.error("%s", problem)
         # `claude --version` takes a moment: the protocol starts at once, the report follows in the log
         threading.Thread(target=log_executor_problems, name="executor-report", daemon=True).start()
         serve_stdio()

@@ -21,14 +21,14 @@ from typing import IO
 from daphne.endpoints import build_endpoint_description_strings
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
-from django.db.migrations.executor import MigrationExecutor
+from django.db import DatabaseError, connections
 
 from jobs import processes
 from jobs.agents import executors
 from jobs.core.hints import manage_command
 from jobs.core.terminal import printable
 from jobs.integrations import tool_configs
+from jobs.management.startup import check_database
 from jobs.models import PermissionRequest
 from jobs.supervision.supervisor import Supervisor
 from jobs.web.auth import login_link_path, login_user
@@ -61,23 +61,6 @@ def shared_endpoint(listener: socket.socket) -> str:
     """The Twisted endpoint that adopts the IPv4 socket `listener` in the web processes that inherit it (Daphne's `fd`
     endpoint parser takes no other address family)."""
     return f"fd:fileno={listener.fileno()}"
-
-
-def check_database() -> None:
-    """Fail with what to do, not a traceback, when the database is unreachable or not migrated (a fresh data dir)."""
-    connection = connections[DEFAULT_DB_ALIAS]
-    try:
-        executor = MigrationExecutor(connection)
-        unapplied = executor.migration_plan(executor.loader.graph.leaf_nodes())
-    except DatabaseError as exc:
-        raise CommandError(
-            f"cannot use the database ({printable(exc)}): is it running, and is DATABASE_URL right?"
-        ) from None
-    if unapplied:
-        raise CommandError(
-            f"the database has {len(unapplied)} migration(s) to apply: run {manage_command('migrate')} "
-            "(`make run` does it for you), then start Bridge again"
-        )
 
 
 def port_taken(host: str, port: int, reason: str) -> str:

@@ -9,6 +9,7 @@ from jobs import actions, processes
 from jobs.core.errors import BridgeError
 from jobs.core.hints import manage_command
 from jobs.core.terminal import printable
+from jobs.management.startup import check_database
 from jobs.supervision.supervisor import Supervisor
 
 log = logging.getLogger("jobs")
@@ -38,6 +39,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, concurrency=None, name=None, labels=None, **options):
+        check_database()
         try:
             name, labels = actions.check_identity(
                 settings.BRIDGE_SUPERVISOR_NAME if name is None else name,

@@ -10,6 +10,7 @@ from jobs.core.access import DEFAULT_SCOPE, Scope
 from jobs.core.errors import BridgeError
 from jobs.core.hints import manage_command
 from jobs.core.terminal import printable
+from jobs.management.startup import check_database
 from jobs.models import ApiToken
 
 
@@ -46,6 +47,7 @@ class Command(BaseCommand):
         revoke.add_argument("name")
 
     def handle(self, *args, action, **options):
+        check_database()
         if action == "create":
             self.create(options["name"], options["scope"], options["roots"])
         elif action == "ensure":
