@@ -297,11 +297,10 @@ def serve(python: Path, host: str, port: int) -> int:
     if CAN_EXEC:
         os.chdir(REPO)
         os.execv(python, argv)
-    server = subprocess.Popen(argv, cwd=REPO)
     for name in ("SIGINT", "SIGBREAK"):  # the console sends them to the server as well: it decides, this one waits
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), lambda *_: None)
-    return server.wait()
+    return subprocess.Popen(argv, cwd=REPO).wait()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,9 +73,7 @@ def test_where_there_is_no_exec_run_waits_for_the_server_through_the_consoles_si
     Ctrl-C (SIGINT) and Ctrl-Break to both; the server decides what they mean, and `run` keeps waiting for its exit
     code instead of dying with a traceback. Here the 'server' sends the signal to `run` itself, then exits 3."""
     number = getattr(signal, signal_name, signal.SIGTERM)  # SIGBREAK is Windows' own; SIGTERM stands in elsewhere
-    server = (
-        f"import os, time; time.sleep(0.2); os.kill(os.getppid(), {int(number)}); time.sleep(0.5); raise SystemExit(3)"
-    )
+    server = f"import os; os.kill(os.getppid(), {int(number)}); raise SystemExit(3)"
     monkeypatch.setattr(bootstrap, "CAN_EXEC", False)
     monkeypatch.setattr(bootstrap, "run", lambda *args, **kwargs: None)
     if not hasattr(signal, signal_name):
