@@ -27,7 +27,6 @@ from functools import cache
 from pathlib import Path
 
 PROBE_TIMEOUT_S = 10
-SETTING_VALUES = ("auto", "on", "off")
 STOP_SIGNALS = "TERM,INT,HUP"
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"
 
