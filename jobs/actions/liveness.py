@@ -13,10 +13,15 @@ import logging
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+from django.db import OperationalError, connection
 
 from jobs import processes
 from jobs.actions.runs import explain_waits, mark_orphaned
 from jobs.actions.workers import live_supervisors, running_by_worker, worker_is_alive
+from jobs.core.resilience import DB_ERRORS, is_storage_full, saw_storage_full, storage_state
 from jobs.core.vocabulary import Status
 from jobs.models import PermissionRequest, Task, TaskCount, Worker
 
@@ -83,21 +88,43 @@ class SystemState:
     workers: list[Worker]
     pending_permissions: int = 0  # requests waiting for someone to decide
     running: dict[int, int] = field(default_factory=dict)  # running tasks per live supervisor (by pk)
+    storage: str = "ok"  # "full" when the disk that holds the database or the data directory is (resilience)
 
 
 def system_state() -> SystemState:
     """What a health check reports, with dead supervisors' running tasks orphaned first and only live supervisors
     listed (with how many tasks each runs); queued tasks no live supervisor serves are told so (`explain_waits`).
-    A broken database is reported, not raised."""
+    A broken database is reported, not raised; so is a full disk, which stops writes but not reads."""
+    try:
+        _settle_before_health()
+        pending = PermissionRequest.objects.pending().count()
+        workers = live_supervisors()
+        state = SystemState("ok", TaskCount.by_status(), workers, pending, running_by_worker())
+    except Exception as exc:
+        log.warning("health: the database cannot be read: %s", exc)
+        state = SystemState(f"error: {exc.__class__.__name__}: {exc}", {}, [])
+    state.storage = storage_state(_storage_places())
+    return state
+
+
+def _settle_before_health() -> None:
+    """Orphans and wait reasons are written before health reads; with the disk full they cannot be, and health
+    reads on (and says the disk is full: `storage_state` hears of the failure)."""
     try:
         settle_running_tasks()
         explain_waits()
-        pending = PermissionRequest.objects.pending().count()
-        workers = live_supervisors()
-        return SystemState("ok", TaskCount.by_status(), workers, pending, running_by_worker())
-    except Exception as exc:
-        log.warning("health: the database cannot be read: %s", exc)
-        return SystemState(f"error: {exc.__class__.__name__}: {exc}", {}, [])
+    except DB_ERRORS as exc:
+        if not is_storage_full(exc):
+            raise
+        saw_storage_full()
+
+
+def _storage_places() -> list[Path]:
+    """Where Bridge stores things on this machine: its data directory, and a SQLite database's directory."""
+    places = [Path(settings.DATA_DIR)]
+    if connection.vendor == "sqlite":
+        places.append(Path(connection.settings_dict["NAME"]).parent)
+    return places
 
 
 def orphan(task: Task, worker: Worker | None) -> Task:
@@ -105,8 +132,8 @@ def orphan(task: Task, worker: Worker | None) -> Task:
     is found (a read, a stream's sweep, another supervisor's scan). Nobody can manage its processes now, so on this
     host its agent and whatever the agent started, wherever it was re-parented (`processes.kill_tagged`), are killed
     first; every event recorded so far is kept; nothing is re-run. When another transaction holds the task (its frozen
-    supervisor's, say), the task is returned as read and a later read settles it: no read waits on another process
-    (`runs.mark_orphaned`)."""
+    supervisor's, say), or the disk is too full to record the end, the task is returned as read and a later read
+    settles it: no read waits on another process (`runs.mark_orphaned`), nor fails for want of space."""
     if worker is None:
         reason = "its supervisor is gone (no record of it is left)"
     else:
@@ -117,7 +144,14 @@ def orphan(task: Task, worker: Worker | None) -> Task:
         reason += "; the agent process was still alive and has been killed"
     if here or worker is None:  # a gone row's host is unknown; what carries the task's tag here is the task's
         processes.kill_tagged(str(task.public_id), task.process_create_time)
-    task = mark_orphaned(task, reason + ". Nothing was re-run.")
+    try:
+        task = mark_orphaned(task, reason + ". Nothing was re-run.")
+    except OperationalError as exc:
+        if not is_storage_full(exc):
+            raise
+        saw_storage_full()
+        log.warning("task %s: its supervisor is gone, and the disk is too full to record that yet", task.public_id)
+        return task
     if task.status == Status.ORPHANED:
         log.warning("task %s orphaned: %s", task.public_id, reason)
     return task

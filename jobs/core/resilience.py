@@ -6,17 +6,30 @@ left, a pool that handed none out in time, `ALLOW_CONNECTIONS false`) and SQLite
 *transient*: the same call may work later on a fresh connection. Before each retry the broken connection is closed
 (a pooled one goes back to the pool, which discards it), so the next query opens a new one.
 
+A full disk is one of them too, and the one rule for it is here (`is_storage_full`): SQLite's SQLITE_FULL ("database or
+disk is full"), PostgreSQL's disk_full (SQLSTATE 53100), a file write's ENOSPC or EDQUOT. Such a write was not
+committed (SQLite rolls back a COMMIT it could not finish; PostgreSQL aborts the transaction), and it works again
+once space is freed, which takes a person: a request is answered 503 `storage_full` (`temporary_refusal`), a run
+holds less of its output meanwhile, and /health says so (`storage_state`).
+
 Nothing here knows the models; the supervisor decides what a retry may repeat (a write whose COMMIT outcome is
 unknown must be looked for before it is written again).
 """
 
+import errno
 import logging
 import random
+import shutil
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TypeVar
 
+from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
+
+from jobs.core.errors import DatabaseBusy, StorageFull, causes, is_database_busy
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -54,6 +67,67 @@ def is_transient(exc: BaseException) -> bool:
     if any(marker in text for marker in _PERMANENT_MARKERS):
         return False
     return isinstance(exc, OperationalError | InterfaceError) or any(marker in text for marker in _LOST_MARKERS)
+
+
+SQLITE_FULL = 13  # the primary result code (the low byte of an extended one) of "database or disk is full"
+_FULL_SQLSTATES = {"53100"}  # PostgreSQL's disk_full
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+_FULL_MESSAGE = "database or disk is full"  # SQLite's words, for a driver that gives no code
+
+
+def is_storage_full(exc: BaseException) -> bool:
+    """Whether `exc` (or what it wraps) says the disk is full: nothing could be stored, and nothing will be until
+    someone frees space."""
+    for current in causes(exc):
+        sqlite_code = getattr(current, "sqlite_errorcode", None)
+        if (
+            (isinstance(sqlite_code, int) and sqlite_code & 0xFF == SQLITE_FULL)
+            or getattr(current, "sqlstate", None) in _FULL_SQLSTATES
+            or getattr(current, "pgcode", None) in _FULL_SQLSTATES
+            or (isinstance(current, OSError) and current.errno in _FULL_ERRNOS)
+            or _FULL_MESSAGE in str(current).lower()
+        ):
+            return True
+    return False
+
+
+def temporary_refusal(exc: BaseException) -> StorageFull | DatabaseBusy | None:
+    """What a failure that waiting may cure means to a caller: the disk full (503 storage_full), the database busy
+    (503 database_busy), each with the seconds to wait; None for any other failure, which is a bug. Every adapter
+    answers with it (jobs/web/middleware.py, the REST API's handler, the MCP tools' error path)."""
+    if is_storage_full(exc):
+        saw_storage_full()
+        return StorageFull(settings.BRIDGE_STORAGE_RETRY_AFTER_S)
+    if is_database_busy(exc):
+        return DatabaseBusy(settings.BRIDGE_DB_RETRY_AFTER_S)
+    return None
+
+
+# --- whether the store is full, for /health -------------------------------------------------------------------------
+FULL_FLOOR_BYTES = 1024 * 1024  # less free than this where Bridge keeps its data or its SQLite file: full
+FULL_SEEN_S = 10.0  # a write that failed for a full disk in this process this recently: full (PostgreSQL's disk)
+_full_seen_at: float | None = None  # time.monotonic() of the last such failure in this process
+
+
+def saw_storage_full() -> None:
+    """A write failed because the disk is full: /health says so for FULL_SEEN_S."""
+    global _full_seen_at
+    _full_seen_at = time.monotonic()
+
+
+def storage_state(places: Iterable[Path]) -> str:
+    """'full' when a write failed for a full disk in this process in the last FULL_SEEN_S, or less than
+    FULL_FLOOR_BYTES are free on the file system of any of `places` (which must exist); else 'ok'. A PostgreSQL
+    server's disk is seen only by the first."""
+    if _full_seen_at is not None and time.monotonic() - _full_seen_at < FULL_SEEN_S:
+        return "full"
+    for place in places:
+        try:
+            if shutil.disk_usage(place).free < FULL_FLOOR_BYTES:
+                return "full"
+        except OSError:
+            continue  # gone or unreadable: what Bridge cannot look at, it does not call full
+    return "ok"
 
 
 def drop_connection() -> None:
@@ -101,6 +175,7 @@ class Outage:
         self.since: float | None = None  # clock() when the first failing call began; None while the database answers
         self.next_try = 0.0
         self.failures = 0
+        self.full = False  # a call of this outage failed because the disk is full
 
     @property
     def down(self) -> bool:
@@ -120,16 +195,29 @@ class Outage:
     def failed(self, exc: BaseException, started: float | None = None) -> float:
         """Record a failed call (begun at `started`, when known); returns the seconds to wait before the next try."""
         now = self.clock()
+        full = is_storage_full(exc)
+        first_line = (str(exc).strip().splitlines() or [""])[0]
         if self.since is None:
             self.since = now if started is None else min(started, now)
             self.failures = 0
-            first_line = (str(exc).strip().splitlines() or [""])[0]
-            self.logger.warning(
-                "%s: the database is unreachable (%s: %s); retrying with backoff",
-                self.what,
-                exc.__class__.__name__,
-                first_line,
-            )
+            if not full:
+                self.logger.warning(
+                    "%s: the database is unreachable (%s: %s); retrying with backoff",
+                    self.what,
+                    exc.__class__.__name__,
+                    first_line,
+                )
+        if full:
+            saw_storage_full()
+            if not self.full:
+                self.logger.warning(
+                    "%s: nothing can be stored, the disk that holds the database is full (%s: %s); retrying with "
+                    "backoff until space is freed",
+                    self.what,
+                    exc.__class__.__name__,
+                    first_line,
+                )
+        self.full = self.full or full
         self.failures += 1
         delay = self.backoff.next()
         self.next_try = now + delay
@@ -140,10 +228,15 @@ class Outage:
         if self.since is None:
             return
         self.logger.warning(
-            "%s: the database answers again after %.1f s (%d failed tries)", self.what, self.elapsed(), self.failures
+            "%s: the database answers again after %.1f s (%d failed tries)%s",
+            self.what,
+            self.elapsed(),
+            self.failures,
+            "; its disk had been full" if self.full else "",
         )
         self.since = None
         self.next_try = 0.0
+        self.full = False
         self.backoff.reset()
 
 
@@ -152,13 +245,16 @@ def retry(
     outage: Outage,
     *,
     give_up_after: float | None = None,
+    stop: threading.Event | None = None,
     sleep: Callable[[float], None] = time.sleep,
     reconnect: Callable[[], None] = drop_connection,
 ) -> T:
     """`call()` until it works, waiting out the outage's backoff between tries and reconnecting before each.
 
     An error that is not transient is raised at once; a transient one is raised once the outage has lasted
-    `give_up_after` seconds (never, when None: for a write that must happen while this process lives).
+    `give_up_after` seconds, at once when the disk is full (no one frees space within such a bound), or, never
+    when None: for a write that must happen while this process lives, unless `stop` is set (this process is about
+    to end: a wait for the next try ends then, and that try is the last).
     """
     while True:
         started = outage.clock()
@@ -169,9 +265,14 @@ def retry(
                 raise
             delay = outage.failed(exc, started)
             reconnect()
-            if give_up_after is not None and outage.elapsed() >= give_up_after:
+            if give_up_after is not None and (outage.full or outage.elapsed() >= give_up_after):
                 raise
-            sleep(delay)
+            if stop is None:
+                sleep(delay)
+            elif stop.is_set():
+                raise
+            else:
+                stop.wait(delay)
             continue
         outage.recovered()
         return result

@@ -6,12 +6,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from django.conf import settings
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent
 from pydantic import ConfigDict
 
-from jobs.core.errors import BridgeError, DatabaseBusy, ErrorCode, Refused, is_database_busy
+from jobs.core.errors import BridgeError, ErrorCode, Refused
+from jobs.core.resilience import temporary_refusal
 from jobs.mcp import replies
 
 log = logging.getLogger(__name__)
@@ -40,9 +40,9 @@ def tool(fn: Callable[..., Awaitable[str]]) -> Callable[..., Awaitable[str]]:
         except BridgeError as exc:
             return _flagged(replies.error(exc.message, exc.code, refused=isinstance(exc, Refused)))
         except Exception as exc:
-            if is_database_busy(exc):
-                busy = DatabaseBusy(settings.BRIDGE_DB_RETRY_AFTER_S)
-                return _flagged(replies.error(busy.message, busy.code))
+            refusal = temporary_refusal(exc)
+            if refusal is not None:
+                return _flagged(replies.error(refusal.message, refusal.code))
             log.exception("MCP tool %s failed", fn.__name__)
             return _flagged(replies.error(replies.unexpected(fn.__name__, exc), ErrorCode.INTERNAL_ERROR))
 

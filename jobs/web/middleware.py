@@ -1,12 +1,14 @@
-"""A busy database is a JSON 503 with Retry-After on every interface Django serves (REST, pages, the SSE stream's
-opening, admin), never an HTML 500. And every error Django itself answers (a bug in a view or a middleware, a body
-over DATA_UPLOAD_MAX_MEMORY_SIZE, an unknown path) is JSON in the API's shape under /v1/ and for programs
-(`handler400`, `handler404`, `handler500` in bridge/urls.py), and HTML only for a browser's pages.
+"""A database that cannot take a request now is a JSON 503 with Retry-After on every interface Django serves (REST,
+pages, the SSE stream's opening, admin), never an HTML 500: `database_busy` when it is busy, `storage_full` when the
+disk that holds it is full. And every error Django itself answers (a bug in a view or a middleware, a body over
+DATA_UPLOAD_MAX_MEMORY_SIZE, an unknown path) is JSON in the API's shape under /v1/ and for programs (`handler400`,
+`handler404`, `handler500` in bridge/urls.py), and HTML only for a browser's pages.
 
-"Busy" is what `jobs.core.errors.is_database_busy` recognises: no pooled connection came free within
-BRIDGE_DB_POOL_TIMEOUT_S (psycopg_pool's PoolTimeout), PostgreSQL had no connection slot left ("too many clients"), or
-SQLite's write lock stayed taken ("database is locked"). The body is `DatabaseBusy.as_dict()`, the one the REST API's
-own handler (web/api.py) sends too, since django-ninja answers its views' exceptions before any middleware sees them.
+Which failure is which is one rule, `jobs.core.resilience.temporary_refusal`: "busy" is no pooled connection free
+within BRIDGE_DB_POOL_TIMEOUT_S (psycopg_pool's PoolTimeout), no PostgreSQL connection slot left ("too many clients")
+or SQLite's write lock still taken ("database is locked"); "full" is SQLite's SQLITE_FULL, PostgreSQL's SQLSTATE 53100
+or a file write's ENOSPC. The body is that refusal's `as_dict()`, the one the REST API's own handler (web/api.py) sends
+too, since django-ninja answers its views' exceptions before any middleware sees them.
 
 On SQLite a web request waits BRIDGE_DB_POOL_TIMEOUT_S for the write lock rather than the supervisors' 20 s, so a
 burst is answered at once instead of piling up threads.
@@ -24,29 +26,32 @@ from django.db.backends.signals import connection_created
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 
-from jobs.core.errors import BridgeError, DatabaseBusy, ErrorCode, is_database_busy
+from jobs.core.errors import BridgeError, ErrorCode
+from jobs.core.resilience import temporary_refusal
 
 log = logging.getLogger(__name__)
 
 # True while a web request is being served in this context (asgiref carries it into the view's thread).
 _in_web_request: contextvars.ContextVar[bool] = contextvars.ContextVar("bridge_in_web_request", default=False)
-_BUSY_SEEN = "_bridge_database_busy"  # set on a request whose handling hit a busy database somewhere
+_BUSY_SEEN = "_bridge_database_busy"  # set on a request whose handling hit a busy database or a full disk somewhere
 
 
 def database_busy_response(exc: BaseException) -> HttpResponse | None:
-    """The answer to a busy database (JSON 503, Retry-After), or None when `exc` is anything else."""
-    if not is_database_busy(exc):
+    """The answer to a database that cannot take the request now (JSON 503 `database_busy` or `storage_full`, with
+    Retry-After), or None when `exc` is anything else."""
+    refusal = temporary_refusal(exc)
+    if refusal is None:
         return None
-    busy = DatabaseBusy(settings.BRIDGE_DB_RETRY_AFTER_S)
-    log.warning("database busy, answered 503: %s", exc)
-    response = JsonResponse(busy.as_dict(), status=busy.http_status)
-    response["Retry-After"] = str(busy.retry_after_s)
+    log.warning("%s, answered 503: %s", refusal.code, exc)
+    response = JsonResponse(refusal.as_dict(), status=refusal.http_status)
+    response["Retry-After"] = str(refusal.retry_after_s)
     return response
 
 
 class DatabaseBusyMiddleware:
     """Outermost. A view's exception is answered in `process_exception`; one raised by an inner middleware (a session
-    saved after the view) has already become Django's 500 when it gets here, so that 500 is replaced."""
+    saved after the view) has already become Django's 500 when it gets here, so that 500 is replaced. Busy or full,
+    the same way."""
 
     def __init__(self, get_response: Callable) -> None:
         self.get_response = get_response
@@ -127,9 +132,9 @@ def as_json_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:
 
 
 def _remember_busy(sender: object, request: HttpRequest | None = None, **kwargs: object) -> None:
-    """Django is turning an exception into a 500: note it on the request if it was a busy database."""
+    """Django is turning an exception into a 500: note it on the request if it was a busy database or a full disk."""
     exc = sys.exc_info()[1]
-    if request is not None and exc is not None and is_database_busy(exc):
+    if request is not None and exc is not None and temporary_refusal(exc) is not None:
         setattr(request, _BUSY_SEEN, exc)
 
 
