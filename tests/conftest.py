@@ -8,7 +8,35 @@ from pathlib import Path
 import pytest
 
 from tests import server_logs
-from tests.support import TOKEN, database_url, fake_agent_script
+from tests.support import FAKES, TOKEN, database_url, fake_agent_script, python_script
+
+# The test process is a machine where Claude Code has an account: its supervisors (in-process and started from here)
+# record Claude as ready and claim its tasks, which the fake agent runs (jobs/actions/workers.py, `can_run`). Tests
+# of readiness give the environment they judge explicitly; the real CLI's tests build theirs (tests/fakes/claude_env).
+os.environ.setdefault("ANTHROPIC_API_KEY", "unused-by-the-fake-agent")
+
+
+@pytest.fixture(scope="session")
+def ready_agents(tmp_path_factory) -> dict[str, Path]:
+    """A fake Claude Code and a fake Hermes (a console script, with a config that chooses a model provider)."""
+    home = tmp_path_factory.mktemp("ready-agents")
+    hermes_home = home / "hermes-home"
+    hermes_home.mkdir()
+    (hermes_home / "config.yaml").write_text("model:\n  provider: custom\n")
+    hermes = python_script(
+        home / "hermes-venv" / "bin" / "hermes",
+        f"import runpy\nrunpy.run_path({str(FAKES / 'fake_hermes.py')!r}, run_name='__main__')\n",
+    )
+    return {"claude": Path(fake_agent_script(home)), "hermes": hermes, "hermes_home": hermes_home}
+
+
+@pytest.fixture(autouse=True)
+def agents_ready_here(settings, ready_agents) -> None:
+    """Every test starts on a machine where both executors can run (the fakes), so a supervisor registered in this
+    process records them ready and claims their tasks; a test about an executor sets its own after this."""
+    settings.BRIDGE_CLAUDE_BIN = str(ready_agents["claude"])
+    settings.BRIDGE_HERMES_BIN = str(ready_agents["hermes"])
+    settings.BRIDGE_HERMES_HOME = ready_agents["hermes_home"]
 
 
 @pytest.fixture

@@ -191,11 +191,13 @@ def stop_process(proc: subprocess.Popen) -> None:
 
 
 class SuperviseProcess:
-    """`manage.py supervise --name NAME [--label L]…` on the test database, serving `roots`; started once its log says
-    it is up. Its stderr is read all along (kept in `lines`), so it never blocks on a full pipe. `extra_env` comes
-    last: it may name another database (DATABASE_URL) than the test run's."""
+    """`manage.py supervise --name NAME [--label L]… [ARGS]` on the test database, serving `roots`; started once its log
+    says it is up. Its stderr is read all along (kept in `lines`), so it never blocks on a full pipe. `extra_env` comes
+    last: it may name another database (DATABASE_URL) than the test run's, or drop a variable (a value of None)."""
 
-    def __init__(self, settings, name: str, roots: list[Path], labels=(), extra_env: dict | None = None):
+    def __init__(
+        self, settings, name: str, roots: list[Path], labels=(), extra_env: dict | None = None, args: tuple = ()
+    ):
         self.name = name
         env = {
             **os.environ,
@@ -208,7 +210,8 @@ class SuperviseProcess:
             "BRIDGE_LOG_LEVEL": "INFO",
             **(extra_env or {}),
         }
-        argv = [sys.executable, str(REPO / "manage.py"), "supervise", "--name", name]
+        env = {key: value for key, value in env.items() if value is not None}
+        argv = [sys.executable, str(REPO / "manage.py"), "supervise", "--name", name, *args]
         for label in labels:
             argv += ["--label", label]
         self.proc = subprocess.Popen(argv, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)

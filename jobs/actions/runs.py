@@ -16,7 +16,7 @@ from django.utils import timezone
 from jobs.actions import rows
 from jobs.actions.events import WriteRefused, append_events, status_event
 from jobs.actions.permissions import cancel_open_permissions
-from jobs.actions.workers import answers_to, live_supervisors, servable_by, serves, wait_reason
+from jobs.actions.workers import answers_to, live_supervisors, runnable_agents, servable_by, serves, wait_reason
 from jobs.core import doorbell, paths
 from jobs.core.errors import BridgeError
 from jobs.core.vocabulary import TOKEN_FIELDS, Agent, Status
@@ -43,17 +43,17 @@ _explain_lock = threading.Lock()
 
 def claim_next_task(worker: Worker) -> Task | None:
     """Atomically take the oldest queued task this supervisor serves (FIFO among those) that may start now, or None.
-    Safe with several supervisors on several hosts: each takes only tasks whose cwd lies in its roots and whose target
-    is empty or names it (`workers.serves`), and never a resume whose agent session has another task running or
-    queued before it (`session_is_free`). A claimed task whose cwd does not resolve inside this supervisor's roots on
-    its own host (a symlink out, or missing here) is failed at once, saying so, and the next is looked at. With
-    nothing to claim, queued tasks are told why they wait (`explain_waits`)."""
+    Safe with several supervisors on several hosts: each takes only tasks whose cwd lies in its roots, whose target
+    is empty or names it and whose agent it can run (`workers.serves`), and never a resume whose agent session has
+    another task running or queued before it (`session_is_free`). A claimed task whose cwd does not resolve inside
+    this supervisor's roots on its own host (a symlink out, or missing here) is failed at once, saying so, and the
+    next is looked at. With nothing to claim, queued tasks are told why they wait (`explain_waits`)."""
     while True:
         task = _claim_one(worker)
         if task is None:
             explain_waits()
             return None
-        refusal = local_cwd_refusal(worker, task.cwd)
+        refusal = local_dirs_refusal(worker, task)
         if refusal is None:
             return task
         finish_task(task, status=Status.FAILED, error=refusal)
@@ -61,7 +61,8 @@ def claim_next_task(worker: Worker) -> Task | None:
 
 def _claim_one(worker: Worker) -> Task | None:
     with transaction.atomic():
-        candidate = next((pk for pk, cwd, target in _queued_for(worker) if serves(worker, cwd, target)), None)
+        queued = _queued_for(worker)
+        candidate = next((pk for pk, cwd, target, agent in queued if serves(worker, cwd, target, agent)), None)
         if candidate is None or not _take(candidate, worker):
             return None
         # with its session, which the run reads: a follow-up resumes it
@@ -70,19 +71,25 @@ def _claim_one(worker: Worker) -> Task | None:
     return task
 
 
-def _queued_for(worker: Worker) -> list[tuple[int, str, str]]:
-    """(pk, cwd, target) of the first queued tasks `worker` may serve, oldest first: on PostgreSQL the first one not
-    locked by another claim (LIKE is exact there), locked; elsewhere up to CLAIM_LOOKAHEAD. A supervisor claims after
-    every ring, and the SQL depends only on its roots and names, so the ORM builds it once per process."""
+def _queued_for(worker: Worker) -> list[tuple[int, str, str, str]]:
+    """(pk, cwd, target, agent) of the first queued tasks `worker` may serve, oldest first: on PostgreSQL the first
+    one not locked by another claim (LIKE is exact there), locked; elsewhere up to CLAIM_LOOKAHEAD. A supervisor
+    claims after every ring, and the SQL depends only on its roots, names and runnable agents, so the ORM builds it
+    once per process for each of those."""
+
+    if not worker.roots or not runnable_agents(worker):
+        return []  # it serves nothing (and SQL cannot say "IN ()")
 
     def build() -> QuerySet:
         free = RawSQL(*session_is_free(), output_field=BooleanField())
-        queued = Task.objects.queued_in_order().filter(servable_by(worker), free).values_list("pk", "cwd", "target")
+        fields = ("pk", "cwd", "target", "agent")
+        queued = Task.objects.queued_in_order().filter(servable_by(worker), free).values_list(*fields)
         if connection.features.has_select_for_update_skip_locked:
             return queued.select_for_update(skip_locked=True)[:1]
         return queued[:CLAIM_LOOKAHEAD]
 
-    return rows.compiled(("claim", tuple(worker.roots or ()), tuple(sorted(answers_to(worker)))), build)
+    key = ("claim", tuple(worker.roots or ()), tuple(sorted(answers_to(worker))), tuple(runnable_agents(worker)))
+    return rows.compiled(key, build)
 
 
 def _take(pk: int, worker: Worker) -> bool:
@@ -103,13 +110,14 @@ def _take(pk: int, worker: Worker) -> bool:
         return cursor.rowcount == 1
 
 
-def local_cwd_refusal(worker: Worker, cwd: str) -> str | None:
-    """Why this supervisor must not run a task in `cwd` on its own host, or None: confinement (`paths.resolve_cwd`)
-    is checked again where the agent runs, against this supervisor's roots, with symlinks resolved there (the web
-    process may have seen only the path's text)."""
+def local_dirs_refusal(worker: Worker, task: Task) -> str | None:
+    """Why this supervisor must not run `task` on its own host, or None: confinement of its cwd and added directories
+    (`paths.confine_task_dirs`) is checked again where the agent runs, against this supervisor's roots, with symlinks
+    resolved there (the web process may have seen only the paths' text)."""
     roots = [Path(root) for root in worker.roots or ()]
+    where = f" on {worker.host} (supervisor {worker.name})"
     try:
-        paths.resolve_cwd(cwd, roots, where=f" on {worker.host} (supervisor {worker.name})")
+        paths.confine_task_dirs(task.cwd, (task.options or {}).get("add_dirs") or [], roots, where)
     except BridgeError as exc:
         return f"{exc.message}; nothing was run"
     return None
@@ -189,13 +197,14 @@ def tell_why_queued(queued: QuerySet, workers: list[Worker] | None = None) -> in
     """Say on each of these queued tasks why it waits: for the task of its agent session it must follow
     (`waiting_for`), for a live supervisor that serves it, or "" (only the queue ahead of it). `workers`: the live
     supervisors, when the caller has just read them. Returns how many tasks changed; each change rings its task."""
-    found = list(waiting_for(queued).values_list("pk", "public_id", "cwd", "target", "wait_reason", "waits_for"))
+    fields = ("pk", "public_id", "cwd", "target", "agent", "wait_reason", "waits_for")
+    found = list(waiting_for(queued).values_list(*fields))
     if not found:
         return 0
     workers = live_supervisors() if workers is None else workers
     changed = 0
-    for pk, public_id, cwd, target, old, behind in found:
-        reason = wait_reason(cwd, target, workers, behind=behind)
+    for pk, public_id, cwd, target, agent, old, behind in found:
+        reason = wait_reason(cwd, target, agent, workers, behind=behind)
         if reason != old and Task.objects.queued_in_order().filter(pk=pk).update(wait_reason=reason):
             changed += 1
             doorbell.ring(str(public_id))  # pages and sockets showing it look again

@@ -5,8 +5,13 @@ Each supervisor declares what it serves: the allowed roots of its own host (BRID
 and optionally a name (unique among live supervisors) and labels. It runs a task when the task's cwd is one of its
 roots or lies below one (resolved path strings compared by `paths.within`: whole components, without case where the
 file system ignores case), and the task's `target` is empty or equal to its name, its host or one of its labels
-(`serves`, and `servable_by` for the claim's query: one rule, two forms). A queued task says why it waits
-(`wait_reason`): for no live supervisor that serves it, or behind a task of its agent session (`runs.waiting_for`).
+(`places`), and it can run the task's agent in its own environment (`can_run`: found, logged in, as it recorded with
+its heartbeat): `serves`, and `servable_by` for the claim's query (one rule, two forms). A queued task says why it
+waits (`wait_reason`): for no live supervisor that serves it (naming what stops those that could, and the fix), or
+behind a task of its agent session (`runs.waiting_for`).
+
+One data dir, one supervisor for its tasks: a `runbridge` that finds a live supervisor the MCP server started asks it
+to hand over (`ask_to_hand_over`); that one stops claiming, lets its running tasks end, and exits.
 """
 
 import logging
@@ -28,10 +33,13 @@ from django.utils import timezone
 
 from jobs import processes
 from jobs.actions import rows
+from jobs.agents import executors
+from jobs.agents.executors import ExecutorStatus
 from jobs.core import paths
 from jobs.core.errors import Conflict, ErrorCode, InvalidInput, Refused
 from jobs.core.hints import manage_command
 from jobs.core.inputs import check_path_text
+from jobs.core.vocabulary import Agent
 from jobs.models import Task, Worker
 
 log = logging.getLogger(__name__)
@@ -41,6 +49,9 @@ LOCAL_ROWS_WITHIN = timedelta(days=1)  # rows of this host older than this are n
 IDENTITY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}")
 MAX_LABELS = 50
 LISTED_IN_REASON = 10  # supervisors a wait reason names before "and N more"
+# What started a supervisor (Worker.started_by): `runbridge` takes over from one the MCP server started.
+STARTED_BY_RUNBRIDGE, STARTED_BY_SUPERVISE, STARTED_BY_MCP = "runbridge", "supervise", "mcp"
+READINESS_RANK = {executors.YES: 0, executors.UNKNOWN: 1, executors.NO: 2}  # best first
 
 
 # --- who a supervisor is ---------------------------------------------------------------------------------------
@@ -64,10 +75,17 @@ def own_roots() -> list[str]:
     return [str(root) for root in paths.allowed_roots()]
 
 
-def register_worker(capacity: int, *, name: str | None = None, labels: Iterable[str] | None = None) -> Worker:
-    """Record this process as a supervisor, with what tells it apart from a later process with its pid and what it
-    serves. `name` and `labels` default to BRIDGE_SUPERVISOR_NAME and BRIDGE_SUPERVISOR_LABELS; without a name it is
-    called `host:pid:random`. A name another live supervisor has is refused (Conflict)."""
+def register_worker(
+    capacity: int,
+    *,
+    name: str | None = None,
+    labels: Iterable[str] | None = None,
+    started_by: str = STARTED_BY_SUPERVISE,
+) -> Worker:
+    """Record this process as a supervisor, with what tells it apart from a later process with its pid, what it
+    serves and which executors it can run. `name` and `labels` default to BRIDGE_SUPERVISOR_NAME and
+    BRIDGE_SUPERVISOR_LABELS; without a name it is called `host:pid:random`. A name another live supervisor has is
+    refused (Conflict)."""
     name, labels = check_identity(
         settings.BRIDGE_SUPERVISOR_NAME if name is None else name,
         settings.BRIDGE_SUPERVISOR_LABELS if labels is None else labels,
@@ -89,6 +107,8 @@ def register_worker(capacity: int, *, name: str | None = None, labels: Iterable[
         heartbeat_at=timezone.now(),
         roots=own_roots(),
         labels=labels,
+        executors=executor_readiness(),
+        started_by=started_by,
     )
 
 
@@ -108,8 +128,30 @@ def free_name(name: str) -> None:
 
 
 def heartbeat(worker: Worker) -> None:
-    """Tell peers on other hosts that this supervisor is alive."""
-    Worker.objects.filter(pk=worker.pk).update(heartbeat_at=timezone.now())
+    """Tell peers on other hosts that this supervisor is alive, and which executors it can run now (a login made or
+    lost since it started counts from its next heartbeat)."""
+    worker.executors = executor_readiness()
+    Worker.objects.filter(pk=worker.pk).update(heartbeat_at=timezone.now(), executors=worker.executors)
+
+
+def ask_to_hand_over() -> list[Worker]:
+    """Ask the live supervisors of this data dir that an MCP server started (in its client's environment, which may
+    lack the agents' logins) to hand over to the caller, a `runbridge`: each stops claiming, lets its running tasks
+    end, and exits (`handover_requested`). Returns those asked."""
+    asked = [
+        worker
+        for worker in live_supervisors()
+        if worker.started_by == STARTED_BY_MCP
+        and worker.machine == settings.BRIDGE_MACHINE_ID
+        and worker.handover_requested_at is None
+    ]
+    Worker.objects.filter(pk__in=[worker.pk for worker in asked]).update(handover_requested_at=timezone.now())
+    return asked
+
+
+def handover_requested(worker: Worker) -> bool:
+    """Whether a `runbridge` asked this supervisor to hand over (`ask_to_hand_over`)."""
+    return Worker.objects.filter(pk=worker.pk, handover_requested_at__isnull=False).exists()
 
 
 def stop_worker(worker: Worker) -> None:
@@ -157,9 +199,14 @@ def answers_to(worker: Worker) -> set[str]:
     return {worker.name, worker.host, *(worker.labels or ())}
 
 
-def serves(worker: Worker, cwd: str, target: str) -> bool:
-    """Whether `worker` may run a task with this cwd and target."""
+def places(worker: Worker, cwd: str, target: str) -> bool:
+    """Whether a task with this cwd and target is `worker`'s to run, its agent aside."""
     return covers(worker.roots or (), cwd) and (not target or target in answers_to(worker))
+
+
+def serves(worker: Worker, cwd: str, target: str, agent: str) -> bool:
+    """Whether `worker` may run a task with this cwd, target and agent."""
+    return places(worker, cwd, target) and can_run(worker, agent)
 
 
 def servable_by(worker: Worker) -> Q:
@@ -168,7 +215,8 @@ def servable_by(worker: Worker) -> Q:
     inside = [_below(root) for root in worker.roots or ()]
     if not inside:
         return Q(pk__in=[])
-    return reduce(or_, inside) & (Q(target="") | Q(target__in=sorted(answers_to(worker))))
+    targets = Q(target="") | Q(target__in=sorted(answers_to(worker)))
+    return reduce(or_, inside) & targets & Q(agent__in=runnable_agents(worker))
 
 
 def _below(root: str) -> Q:
@@ -192,16 +240,36 @@ def _listing(workers: list[Worker], show: Callable[[Worker], str]) -> str:
     return "; ".join(shown)
 
 
+def none_can_run(task: Task) -> bool:
+    """Whether supervisors are alive and none of them can run this queued task: a planner waiting for it should be
+    told now (its wait_reason says why) rather than at the end of its wait. False while no supervisor lives: one may
+    be starting."""
+    workers = live_supervisors()
+    return bool(workers) and bool(supervisor_wait_reason(task.cwd, task.target, task.agent, workers))
+
+
+def _cannot_run(worker: Worker, agent: str) -> str:
+    """What stops `worker` running `agent`, with each fix, as it recorded it."""
+    status = recorded_status(worker, agent)
+    told = " ".join(f"{problem.what}. Fix: {problem.fix}." for problem in status.problems) or "it is not ready."
+    if worker.started_by != STARTED_BY_MCP:
+        return f"{described(worker)}: {told}"
+    return (
+        f"{described(worker)}, which an MCP server started in its client's environment: {told} Or run `make run` "
+        f"(or `{manage_command('runbridge')}`) in a terminal where {agent} works: it takes over from that supervisor"
+    )
+
+
 def _serves_what(worker: Worker) -> str:
     text = f"{described(worker)} serves {', '.join(worker.roots or ()) or 'no directory'}"
     return text + (f" (labels: {', '.join(worker.labels)})" if worker.labels else "")
 
 
-def wait_reason(cwd: str, target: str, workers: list[Worker], *, behind: uuid.UUID | None = None) -> str:
-    """Why a queued task with this cwd and target cannot start yet, other than the queue ahead of it: the task of its
-    agent session it must follow (`behind`, its public id: `runs.waiting_for`), and why no supervisor of `workers`
-    (the live ones) can run it; "" when nothing holds it back."""
-    for_supervisor = _supervisor_wait_reason(cwd, target, workers)
+def wait_reason(cwd: str, target: str, agent: str, workers: list[Worker], *, behind: uuid.UUID | None = None) -> str:
+    """Why a queued task with this cwd, target and agent cannot start yet, other than the queue ahead of it: the task
+    of its agent session it must follow (`behind`, its public id: `runs.waiting_for`), and why no supervisor of
+    `workers` (the live ones) can run it; "" when nothing holds it back."""
+    for_supervisor = supervisor_wait_reason(cwd, target, agent, workers)
     if behind is None:
         return for_supervisor
     for_session = (
@@ -211,12 +279,17 @@ def wait_reason(cwd: str, target: str, workers: list[Worker], *, behind: uuid.UU
     return f"{for_session}; {for_supervisor}" if for_supervisor else for_session
 
 
-def _supervisor_wait_reason(cwd: str, target: str, workers: list[Worker]) -> str:
-    """Why no supervisor of `workers` (the live ones) can run a task with this cwd and target; "" when one can."""
-    if any(serves(worker, cwd, target) for worker in workers):
+def supervisor_wait_reason(cwd: str, target: str, agent: str, workers: list[Worker]) -> str:
+    """Why no supervisor of `workers` (the live ones) can run a task with this cwd, target and agent; "" when one
+    can."""
+    if any(serves(worker, cwd, target, agent) for worker in workers):
         return ""
     if not workers:
         return f"no live supervisor is running: start one (`{manage_command('supervise')}`, or runbridge)"
+    placed = [worker for worker in workers if places(worker, cwd, target)]
+    if placed:
+        cannot = _listing(placed, lambda worker: _cannot_run(worker, agent))
+        return f"no live supervisor that serves {cwd} can run {agent}: {cannot}"
     listing = _listing(workers, _serves_what)
     by_cwd = [worker for worker in workers if covers(worker.roots or (), cwd)]
     if not target or not by_cwd:
@@ -262,6 +335,43 @@ def _served_elsewhere(raw: str, workers: list[Worker]) -> Path | None:
     return None
 
 
+# --- which executors a supervisor can run --------------------------------------------------------------------------
+def executor_readiness() -> dict[str, dict]:
+    """Which executors this process can run in its own environment, as a supervisor's row records them."""
+    return {status.agent: status.as_dict() for status in executors.executor_report()}
+
+
+def recorded_status(worker: Worker, agent: str) -> ExecutorStatus:
+    """`agent`'s executor as `worker` recorded it; one that recorded nothing (it predates the record) is taken as
+    unknown, not as unable."""
+    recorded = (worker.executors or {}).get(agent)
+    if recorded is None:
+        return ExecutorStatus.unrecorded(agent)
+    return ExecutorStatus.from_dict(recorded)
+
+
+def can_run(worker: Worker, agent: str) -> bool:
+    """Whether `worker` may be given a task of `agent`: not when it found the executor unable to run ("no"); when it
+    cannot tell ("unknown", e.g. a login kept in the macOS keychain) it tries."""
+    return recorded_status(worker, agent).ready != executors.NO
+
+
+def runnable_agents(worker: Worker) -> list[str]:
+    """The agents `worker` may be given tasks of (`can_run`)."""
+    return [agent.value for agent in Agent if can_run(worker, agent)]
+
+
+def executor_statuses(workers: list[Worker]) -> list[ExecutorStatus]:
+    """Each executor as health reports it: from the live supervisors `workers`, the best any of them can do (it is
+    they that run tasks); with none alive, as this process sees it (what a supervisor started from here would)."""
+    if not workers:
+        return executors.executor_report()
+    return [
+        min((recorded_status(worker, agent) for worker in workers), key=lambda status: READINESS_RANK[status.ready])
+        for agent in Agent
+    ]
+
+
 # --- describing supervisors --------------------------------------------------------------------------------------
 def running_by_worker() -> dict[int, int]:
     """How many tasks each supervisor (by pk) is running."""
@@ -278,6 +388,9 @@ def worker_data(worker: Worker, running: dict[int, int], *, private: bool = Fals
         "capacity": worker.capacity,
         "running": running.get(worker.pk, 0),
         "labels": list(worker.labels or ()),
+        "started_by": worker.started_by,
+        "handing_over": worker.handover_requested_at is not None,
+        "executors": {agent.value: recorded_status(worker, agent).ready for agent in Agent},
     }
     if not private:
         return {**data, "roots": len(worker.roots or ())}

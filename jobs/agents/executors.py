@@ -87,11 +87,34 @@ class ExecutorStatus:
             return body | {"problems": len(self.problems)}
         return body | {
             "setting": self.setting,
+            "executable": self.executable,
             "path": self.path,
             "detail": self.detail,
             "problems": [{"what": p.what, "fix": p.fix} for p in self.problems],
             "notes": list(self.notes),
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "ExecutorStatus":
+        """The status `as_dict()` wrote (a supervisor's record of it, jobs/actions/workers.py)."""
+        problems = tuple(Problem(p["what"], p["fix"]) for p in data.get("problems") or ())
+        return cls(
+            agent=data["agent"],
+            setting=data.get("setting", ""),
+            executable=data.get("executable", ""),
+            path=data.get("path"),
+            version=data.get("version"),
+            ready=data.get("ready", UNKNOWN),
+            detail=data.get("detail", ""),
+            problems=problems,
+            notes=tuple(data.get("notes") or ()),
+        )
+
+    @classmethod
+    def unrecorded(cls, agent: str) -> "ExecutorStatus":
+        """An executor a supervisor recorded nothing about (it started before supervisors recorded them)."""
+        detail = "this supervisor did not record whether it can run it"
+        return cls(agent=agent, setting="", executable="", path=None, version=None, ready=UNKNOWN, detail=detail)
 
     def lines(self) -> list[str]:
         """What a person reads at start-up: one summary line, then each problem with its fix, then each note."""

@@ -31,18 +31,13 @@ class SupervisorStarter:
         self.process = self._spawn(log_path)
         return replies.supervisor_started(self.process.pid, log_path)
 
-    def refusal(self, agent: str) -> str:
-        """'' unless this server would have to start a supervisor that cannot run `agent` in its environment."""
-        if not self.enabled or actions.live_supervisors():
-            return ""
-        status = executors.executor_status(agent)
-        return replies.executor_cannot_run(status) if status.ready == executors.NO else ""
-
     @staticmethod
     def _spawn(log_path: Path) -> subprocess.Popen:
+        manage = str(settings.BASE_DIR / "manage.py")
+        argv = [sys.executable, manage, "supervise", "--started-by", actions.STARTED_BY_MCP]
         with open(log_path, "ab") as log_file:
             return processes.spawn_detached(
-                [sys.executable, str(settings.BASE_DIR / "manage.py"), "supervise"],
+                argv,
                 cwd=settings.BASE_DIR,
                 env=executors.started_environ(),
                 output=log_file,

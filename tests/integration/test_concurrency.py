@@ -211,7 +211,7 @@ def test_on_one_machine_a_follow_up_is_not_pinned_to_a_host_name_the_network_may
     Worker.objects.filter(pk=task.worker.pk).update(host="old-name.local", name="old-name.local:4242:abcdef")
     follow_up = actions.continue_task(task, "more")
     renamed = actions.register_worker(1, name=None, labels=[])
-    assert follow_up.target == "" and serves(renamed, follow_up.cwd, follow_up.target)
+    assert follow_up.target == "" and serves(renamed, follow_up.cwd, follow_up.target, follow_up.agent)
     another_machine(name="desk")
     assert actions.continue_task(task, "again").target == "old-name.local"
 
@@ -643,7 +643,7 @@ def test_a_task_one_supervisor_claimed_is_never_taken_by_another(work_root, monk
     before = Task.objects.get(pk=task.pk)
     assert before.status == then
     assert runs._take(task.pk, sup_b) is False, "B took a task A had claimed"
-    monkeypatch.setattr(runs, "_queued_for", lambda worker: [(task.pk, task.cwd, task.target)])
+    monkeypatch.setattr(runs, "_queued_for", lambda worker: [(task.pk, task.cwd, task.target, task.agent)])
     assert actions.claim_next_task(sup_b) is None
     after = Task.objects.get(pk=task.pk)
     assert (after.status, after.worker_id, after.started_at) == (then, sup_a.pk, before.started_at)
@@ -666,7 +666,7 @@ def test_concurrent_claimers_take_each_queued_task_exactly_once(
     workers = [actions.register_worker(1) for _ in range(claimers)]
     tasks = [make_task(f"claim me {i}", cwd=str(work_root)) for i in range(queued)]
     if reads == "stale":
-        seen = [(t.pk, t.cwd, t.target) for t in tasks]
+        seen = [(t.pk, t.cwd, t.target, t.agent) for t in tasks]
         views = {w.pk: data.draw(st.permutations(seen), label=f"queue as {w.name} read it") for w in workers}
         monkeypatch.setattr(runs, "_queued_for", lambda worker: [views[worker.pk].pop()] if views[worker.pk] else [])
     claims: list[tuple[int, str]] = []

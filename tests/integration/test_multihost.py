@@ -104,7 +104,8 @@ def test_each_task_runs_only_on_a_supervisor_that_serves_it(roots, fake_agent, s
     listed = {w["name"]: w for w in health["workers"]}
     assert set(listed) == {"sup-a", "sup-b", "sup-c", "sup-d"}
     assert listed["sup-c"]["labels"] == ["gpu"] and listed["sup-c"]["roots"] == 2  # a count: paths stay private
-    assert all(set(w) == {"name", "host", "capacity", "running", "labels", "roots"} for w in listed.values())
+    shown = {"name", "host", "capacity", "running", "labels", "roots", "started_by", "handing_over", "executors"}
+    assert all(set(w) == shown for w in listed.values())
     full = {w["name"]: w for w in api_client().get("/v1/workers").json()["workers"]}
     assert full["sup-a"]["roots"] == [str(roots["a"]), str(roots["shared"])]
 

@@ -65,7 +65,7 @@ def test_a_resume_of_latest_while_its_session_runs_waits_for_that_task_and_start
     for a permission; the resume waits, and starts once that task has ended in the supervisor's own run (which wakes
     the supervisor: it does not sleep until its next poll)."""
     first = asking()
-    latest = actions.known_session_id(Agent.CLAUDE, "latest", str(work_root))
+    latest = actions.known_session_id(Agent.CLAUDE, "latest", str(work_root)).session_id
     assert latest == first.session.session_id
     second = make_task("say second", resume_session_id=latest)
     assert second.wait_reason == waits_behind(first)
@@ -331,7 +331,7 @@ def test_claimers_racing_start_one_task_per_session_at_a_time(
     if reads == "stale":
         monkeypatch.setattr(runs, "_queued_for", lambda worker: [views[worker.pk].pop()] if views[worker.pk] else [])
     while queued := list(Task.objects.queued_in_order()):
-        seen = [(t.pk, t.cwd, t.target) for t in queued]
+        seen = [(t.pk, t.cwd, t.target, t.agent) for t in queued]
         views.update({w.pk: data.draw(st.permutations(seen), label="a claimer's view") for w in workers})
         claimed = claim_round(workers, queued, reads, views)
         first_of_each = {tasks[t.pk]: t.pk for t in reversed(queued) if tasks[t.pk] is not None}

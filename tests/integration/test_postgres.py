@@ -11,6 +11,8 @@ def test_supervisor_and_api_suites_pass_on_postgres():
         "tests/integration/test_api.py",
         "tests/integration/test_rows.py",
         "tests/integration/test_task_counts.py",
+        "tests/integration/test_readiness.py",
+        "tests/integration/test_import_legacy.py",
         "-k",
         "not portable",
         timeout=600,

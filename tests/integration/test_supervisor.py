@@ -129,7 +129,7 @@ def test_each_claim_waits_until_the_last_claimed_agent_has_started(transactional
         assert moments[earlier.pk, "spawned"] <= moments[later.pk, "status"], "claimed before the last agent started"
 
 
-def test_supervisors_in_one_process_claim_only_what_each_serves(transactional_db, tmp_path, settings):
+def test_supervisors_in_one_process_claim_only_what_each_serves(transactional_db, tmp_path, settings, fake_agent):
     """A claim's SQL is built once per roots and names: supervisors that differ in either never share it."""
     a, b = (tmp_path / "a", tmp_path / "b")
     for root in (a, b):

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, connections
 
-from jobs import processes
+from jobs import actions, processes
 from jobs.agents import executors
 from jobs.core.hints import manage_command
 from jobs.core.terminal import printable
@@ -107,7 +107,8 @@ class Command(BaseCommand):
 
     def _start_supervisor(self) -> tuple[Supervisor, threading.Thread]:
         self.stderr.write(printable("\n".join(executors.startup_lines(executors.executor_report())), multiline=True))
-        supervisor = Supervisor()
+        self._take_over()
+        supervisor = Supervisor(started_by=actions.STARTED_BY_RUNBRIDGE)
         thread = threading.Thread(target=supervisor.run, name="supervisor", daemon=True)
         thread.start()
         if not supervisor.ready.wait(timeout=60):
@@ -115,6 +116,21 @@ class Command(BaseCommand):
         if supervisor.startup_error:
             raise CommandError(f"{printable(supervisor.startup_error)}. Did you run {manage_command('migrate')}?")
         return supervisor, thread
+
+    def _take_over(self) -> None:
+        """One data dir, one supervisor for its tasks: one that an MCP server started (in its client's environment,
+        which may lack the agents' logins) hands over to this one; any other live one is named, since both claim."""
+        for worker in actions.ask_to_hand_over():
+            self.stderr.write(
+                f"Taking over from the supervisor an MCP server started (pid {worker.pid}): it starts no new task, "
+                "lets its running ones end, and exits; new tasks run here."
+            )
+        for worker in actions.live_supervisors():
+            if worker.machine == settings.BRIDGE_MACHINE_ID and worker.handover_requested_at is None:
+                self.stderr.write(
+                    f"Note: another supervisor runs this data dir's tasks too: {printable(worker.name)} (pid "
+                    f"{worker.pid}, started by {worker.started_by or 'an older Bridge'}); both claim queued tasks."
+                )
 
     # --- one process: it serves, and supervises on a thread ---------------------------------------------------------
 

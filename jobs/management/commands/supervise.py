@@ -1,5 +1,6 @@
 """`manage.py supervise`: the supervisor alone, for more workers or workers on other hosts."""
 
+import argparse
 import logging
 
 from django.conf import settings
@@ -37,8 +38,15 @@ class Command(BaseCommand):
             default=None,
             help="a label planners may target it by; repeatable (default: BRIDGE_SUPERVISOR_LABELS, comma-separated)",
         )
+        # Who started it: the MCP server says so, and a later runbridge takes over from such a supervisor.
+        parser.add_argument(
+            "--started-by",
+            choices=[actions.STARTED_BY_SUPERVISE, actions.STARTED_BY_MCP],
+            default=actions.STARTED_BY_SUPERVISE,
+            help=argparse.SUPPRESS,
+        )
 
-    def handle(self, *args, concurrency=None, name=None, labels=None, **options):
+    def handle(self, *args, concurrency=None, name=None, labels=None, started_by="", **options):
         check_database()
         try:
             name, labels = actions.check_identity(
@@ -47,7 +55,7 @@ class Command(BaseCommand):
             )
         except BridgeError as exc:
             raise CommandError(printable(exc)) from None
-        supervisor = Supervisor(capacity=concurrency, name=name, labels=labels)
+        supervisor = Supervisor(capacity=concurrency, name=name, labels=labels, started_by=started_by)
 
         def drain(name: str) -> None:
             log.warning("%s received: draining running tasks (send it again to cancel them at once)", name)
