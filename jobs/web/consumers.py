@@ -64,11 +64,12 @@ def same_origin(origin: str, host: str) -> bool:
 
 def check_caller(scope: dict) -> Caller:
     """A token (programs) or the logged-in session (browsers), as auth.identify decides for every interface, with
-    scope `read`: the sockets only send (a frame sent to them changes nothing)."""
-    header = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin1")
+    scope `read`: the sockets only send (a frame sent to them changes nothing). Refused, the reason names a token
+    sent where Bridge does not read one, as on every HTTP interface."""
+    header = auth.scope_headers(scope).get("authorization", "")
     caller = auth.identify(header, scope.get("user"))
     if caller is None:
-        raise auth.refusal(header)
+        raise auth.refusal(header, auth.misplaced_in(scope))
     tokens.require_scope(caller, Scope.READ)
     return caller
 

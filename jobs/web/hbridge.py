@@ -27,6 +27,7 @@ DONE = "done"
 FAILED = "failed"
 # The words hbridge's documented replies use for a task's status ("created" only in create's reply).
 WORDS = (CREATED, RUNNING, DONE, FAILED)
+TASK_WORDS = (RUNNING, DONE, FAILED)  # what `status_word` gives: a task's status once created
 
 Frame = tuple[str, dict, int | None]  # (SSE event name, data payload, SSE id or None)
 

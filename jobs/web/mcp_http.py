@@ -66,14 +66,15 @@ def _load_mcp_app() -> tuple[Callable, Callable]:
     return app, server.session_manager.run
 
 
-def _caller(headers: list[tuple[bytes, bytes]]) -> Caller:
+def _caller(scope: dict) -> Caller:
     """The token's caller, exactly as the REST API takes it (no browser sessions: MCP clients are programs); else the
-    refusal in the words every HTTP interface uses. A token limited to roots is refused: the tools list and read every
-    task, so only REST, the stream and the websockets can keep such a token to its roots."""
-    header = dict((name.lower(), value) for name, value in headers).get(b"authorization", b"").decode("latin-1")
+    refusal in the words every HTTP interface uses, naming a token sent where Bridge does not read one. A token limited
+    to roots is refused: the tools list and read every task, so only REST, the stream and the websockets can keep such
+    a token to its roots."""
+    header = auth.scope_headers(scope).get("authorization", "")
     caller = auth.identify(header)
     if caller is None or caller.token_name is None:
-        raise auth.refusal(header)
+        raise auth.refusal(header, auth.misplaced_in(scope))
     if caller.roots:
         raise Refused(
             f"the token '{caller.token_name}' is limited to roots ({', '.join(caller.roots)}), and MCP over HTTP "
@@ -157,7 +158,7 @@ class McpHttpApp:
         if scope["type"] != "http" or not (path == self.path or path.startswith(self.path + "/")):
             return await self.fallback(scope, receive, send)
         try:
-            caller = await in_db(_caller)(scope.get("headers", []))
+            caller = await in_db(_caller)(scope)
             receive = await checked_receive(caller, scope, receive)
             await self._start_session_manager()
         except BridgeError as refused:

@@ -339,7 +339,7 @@ def test_a_read_of_a_task_another_transaction_holds_answers_at_once_with_the_tas
         if connection.vendor == "postgresql":
             answer = client.get("/v1/task", {"task_id": str(task.public_id)})
             assert answer.status_code == 200, answer.content
-            return answer.json()["status"]
+            return answer.json()["bridge_status"]
         return actions.get_task(task.public_id).status
 
     with held_by_another_transaction(task):

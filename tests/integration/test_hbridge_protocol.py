@@ -492,7 +492,8 @@ def test_timeout_from_task_timeout_ms_reads_failed_with_its_reason(supervisor, r
     task = rest.get("/v1/task/output", {"task_id": task_id}).json()["task"]
     assert (task["status"], task["bridge_status"]) == ("failed", "timeout")
     assert "timeout of 1 s" in task["reason"]
-    assert rest.get("/v1/task", {"task_id": task_id}).json()["status"] == "timeout", "Bridge's own endpoint: exact"
+    detail = rest.get("/v1/task", {"task_id": task_id}).json()
+    assert (detail["status"], detail["bridge_status"], detail["reason"]) == ("failed", "timeout", task["reason"])
 
 
 def test_orphaned_and_cancelled_read_failed_on_hbridges_endpoints(rest):
@@ -512,3 +513,26 @@ def test_orphaned_and_cancelled_read_failed_on_hbridges_endpoints(rest):
     )
     listed = rest.get("/v1/tasks").json()["tasks"]
     assert {t["status"] for t in listed} == {"orphaned", "cancelled"}, "Bridge's own list keeps Bridge's words"
+
+
+@pytest.mark.parametrize("status", list(Status))
+def test_get_task_gives_every_bridge_status_in_an_hbridge_word_that_ends_where_the_task_does(rest, status):
+    """A client written from hbridge's docs polls GET /v1/task until `done` or `failed`: every status Bridge has (the
+    list is read from Status, so one added later is held to this too) must read as a word it knows, an end as an end
+    and anything else as `running`; Bridge's exact status rides along, as on hbridge's other replies."""
+    task = make_task("say hi")
+    alive = actions.register_worker(1)  # this process's supervisor row: a running task stays running
+    Task.objects.filter(pk=task.pk).update(status=status, worker=alive, error="why it ended")
+
+    detail = rest.get("/v1/task", {"task_id": str(task.public_id)}).json()
+
+    assert detail["bridge_status"] == status
+    assert detail["status"] in hbridge.TASK_WORDS
+    assert (detail["status"] in ("done", "failed")) == (status in TERMINAL_STATUSES)
+    assert (detail["status"] == "done") == (status == Status.DONE)
+    output = rest.get("/v1/task/output", {"task_id": str(task.public_id)}).json()["task"]
+    assert {k: detail.get(k) for k in ("status", "bridge_status", "reason")} == {
+        k: output.get(k) for k in ("status", "bridge_status", "reason")
+    }, "the same words as /v1/task/output"
+    listed = rest.get("/v1/tasks").json()["tasks"]
+    assert [t["status"] for t in listed] == [status], "Bridge's own list keeps Bridge's words"

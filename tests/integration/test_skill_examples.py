@@ -10,6 +10,7 @@ from django.test import Client
 
 from jobs import actions
 from jobs.actions import create_token
+from jobs.core.errors import MEANINGS, ErrorCode
 from jobs.core.vocabulary import PermissionStatus, Status
 from jobs.management.commands.install_hermes_skill import render_skill
 from jobs.models import Task
@@ -154,7 +155,7 @@ def test_the_comparison_catches_what_the_skill_once_said():
     assert differences({"missing": 1}, real_create, "/v1/task/create") != []
 
 
-def test_the_error_shape_the_skill_names_is_the_apis(db):
+def test_the_error_the_skill_shows_is_the_one_the_api_sends_for_an_unknown_task(db):
     [shown] = re.findall(r"Errors are JSON `(\{.*?\})`", render_skill("http://127.0.0.1:8800"))
     client = Client(HTTP_AUTHORIZATION=f"Bearer {create_token('skill-errors')[1]}")
 
@@ -162,3 +163,68 @@ def test_the_error_shape_the_skill_names_is_the_apis(db):
 
     assert response.status_code == 404
     assert set(json.loads(shown)) <= set(response.json()), response.json()
+    assert json.loads(shown)["code"] == response.json()["code"], "the code the skill shows is the one sent"
+
+
+# An HTTP status and the codes named after it: "404 `no_such_task` or `no_such_request`".
+STATUS_AND_CODES = re.compile(r"\b([1-5]\d\d)\s+((?:`[a-z_]+`(?:,?\s+or\s+|,\s+)?)+)")
+
+
+def named_codes(text: str) -> list[tuple[int | None, str]]:
+    """(HTTP status or None, code) for every error code the skill names: after a status, or as a JSON `"code"`."""
+    after_status = [
+        (int(status), code)
+        for status, codes in STATUS_AND_CODES.findall(text)
+        for code in re.findall(r"`([a-z_]+)`", codes)
+    ]
+    return after_status + [(None, code) for code in re.findall(r'"code": "([^"]*)"', text)]
+
+
+def test_every_error_code_the_skill_names_is_one_the_server_sends_with_that_status():
+    named = named_codes(render_skill("http://127.0.0.1:8800"))
+
+    assert len(named) >= 10, "the Errors section names the usual codes after their statuses"
+    unknown = [code for _, code in named if code not in set(ErrorCode)]
+    assert unknown == [], f"codes the server never sends (jobs/core/errors.py ErrorCode): {unknown}"
+    wrong = [(status, code) for status, code in named if status and MEANINGS[ErrorCode(code)].http_status != status]
+    assert wrong == [], "codes named after an HTTP status they are not sent with"
+
+
+def code_in_order(text: str) -> list[str]:
+    """The skill's shell, in the order a reader meets it: each ```sh block, and each inline `code` span outside them."""
+    pieces = []
+    for block, inline in re.findall(r"```sh\n(.*?)```|`([^`\n]+)`", text, flags=re.S):
+        pieces.append(block or inline)
+    return pieces
+
+
+def undefined_variables(text: str, environment: set[str]) -> list[str]:
+    """Shell variables used before any example defines them, other than the environment's and those with a
+    default (`${NAME:-…}`)."""
+    defined, undefined = set(environment), []
+    for piece in code_in_order(text):
+        for line in piece.splitlines():
+            for braced, default, bare in re.findall(r"\$(?:\{([A-Za-z_]\w*)(:?-)?|([A-Za-z_]\w*))", line):
+                name = braced or bare
+                if name not in defined and not default:
+                    undefined.append(f"${name} in {line.strip()!r}")
+            defined |= set(re.findall(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=", line))
+    return undefined
+
+
+def test_the_skills_shell_examples_define_every_variable_before_using_it():
+    text = render_skill("http://127.0.0.1:8800")
+    environment = set(re.findall(r"^  - name: (\w+)$", text, flags=re.M))
+
+    assert environment == {"BRIDGE_TOKEN"}, "the variables the skill asks Hermes to set"
+    assert undefined_variables(text, environment) == []
+
+
+def test_the_variable_check_catches_a_use_before_the_definition():
+    before = 'Check it with `curl -s "$B/health"`.\n```sh\nB=http://x\n```\n'
+    after = '```sh\nB=http://x\n```\nCheck it with `curl -s "$B/health"`.\n'
+
+    assert undefined_variables(before, set()) == ["$B in 'curl -s \"$B/health\"'"]
+    assert undefined_variables(after, set()) == []
+    assert undefined_variables("`${BRIDGE_URL:-http://x}`", set()) == []
+    assert undefined_variables("`$B-x ${B}`", set()) == ["$B in '$B-x ${B}'", "$B in '$B-x ${B}'"]
