@@ -12,6 +12,9 @@ What it does, each step only when needed:
   on the newest Python found (3.12 or later), where the lock picks the newest Django the range admits, in .tools/
   (git-ignored).
 
+Each step is said as it starts and how long it took when it ends, then the whole set-up's time: a first `make run`
+installs for minutes, with pip's own progress shown (`make test` keeps pip quiet, for CI logs).
+
 `lock` writes the lock files again from pyproject.toml (with uv, installed into .tools/ for it).
 """
 
@@ -24,6 +27,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,6 +68,38 @@ class SaidWhy(SetupError):
 
 def say(message: str) -> None:
     print(f"bridge: {message}", file=sys.stderr, flush=True)
+
+
+class Progress:
+    """What the set-up is doing, said as it goes: each step as it starts and how long it took, and the whole
+    set-up's time, so that a first `make run`, which installs for minutes, is seen moving and where its time went."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.began = clock()
+        self.steps = 0
+
+    @contextmanager
+    def step(self, doing: str) -> Iterator[None]:
+        """Say `doing` as the step starts; when it ends, how long it took (or after how long it stopped: the error
+        itself is said by whoever catches it)."""
+        say(f"{doing}…")
+        self.steps += 1
+        started = self.clock()
+        try:
+            yield
+        except BaseException:
+            say(f"stopped after {self.clock() - started:.1f} s")
+            raise
+        say(f"done in {self.clock() - started:.1f} s")
+
+    def total(self) -> None:
+        """The whole set-up's time, when it had a step to take (a set-up with nothing to do says nothing)."""
+        if self.steps:
+            say(f"set up in {self.clock() - self.began:.1f} s")
+
+
+PROGRESS = Progress()
 
 
 def run(*argv: object, says_why: bool = False, **kwargs) -> None:
@@ -122,26 +160,30 @@ def ensure_venv() -> Path:
     elif VENV.exists():
         say(f"{VENV} has no Python in it; rebuilding it")
         shutil.rmtree(VENV)
-    say(f"making the virtual environment {VENV}")
-    run(sys.executable, "-m", "venv", VENV)
+    with PROGRESS.step(f"creating the virtual environment {VENV}"):
+        run(sys.executable, "-m", "venv", VENV)
     python = venv_python(VENV)
     if python is None:
         raise SetupError(f"`{sys.executable} -m venv` made no interpreter in {VENV}")
     return python
 
 
-def ensure_installed(python: Path, extras: str) -> None:
+def ensure_installed(python: Path, extras: str, *, show_pip: bool = False) -> None:
     """The lock file's pinned dependencies (hashes checked), then the project itself, again only when pyproject.toml
     or the lock file has changed since the last install. The test extras hold the run extras: after `make test`,
-    `make run` installs nothing."""
+    `make run` installs nothing. `show_pip`: pip's own progress (`make run`, where a person waits), else pip is
+    quiet (`make test`, whose log CI keeps)."""
     if extras == RUN_EXTRAS and _installed(TEST_EXTRAS):
         return
     if _installed(extras):
         return
     lock = LOCKS[extras]
-    say(f"installing Bridge and its dependencies ({extras}, pinned in {lock.relative_to(REPO)}) into {VENV}")
-    run(python, "-m", "pip", "install", "-q", "--require-hashes", "-r", lock)
-    run(python, "-m", "pip", "install", "-q", "--no-deps", "-e", ".")
+    quiet = () if show_pip else ("-q",)
+    follows = " (pip's progress follows)" if show_pip else ""
+    with PROGRESS.step(f"installing the Python packages pinned in {lock.relative_to(REPO)}{follows}"):
+        run(python, "-m", "pip", "install", *quiet, "--require-hashes", "-r", lock)
+    with PROGRESS.step(f"installing Bridge itself into {VENV}"):
+        run(python, "-m", "pip", "install", *quiet, "--no-deps", "-e", ".")
     _stamp(extras).write_text(_digest(extras) + "\n")
 
 
@@ -209,11 +251,11 @@ def newest_django() -> None:
     if interpreter is None:
         say("no Python 3.12 or later found: the newest-Django tests skip (install one, e.g. python3.13)")
         return
-    say(f"installing the test lock on {interpreter} into {NEWEST_DJANGO} (for the newest Django)")
-    if NEWEST_DJANGO.exists():
-        shutil.rmtree(NEWEST_DJANGO)
-    run(interpreter, "-m", "venv", NEWEST_DJANGO)
-    run(venv_python(NEWEST_DJANGO), "-m", "pip", "install", "-q", "--require-hashes", "-r", LOCKS[TEST_EXTRAS])
+    with PROGRESS.step(f"installing the test lock on {interpreter} into {NEWEST_DJANGO} (for the newest Django)"):
+        if NEWEST_DJANGO.exists():
+            shutil.rmtree(NEWEST_DJANGO)
+        run(interpreter, "-m", "venv", NEWEST_DJANGO)
+        run(venv_python(NEWEST_DJANGO), "-m", "pip", "install", "-q", "--require-hashes", "-r", LOCKS[TEST_EXTRAS])
     stamp.write_text(digest + "\n")
 
 
@@ -225,8 +267,8 @@ def npm_package(prefix: Path, binary: str, *packages: str) -> None:
     npm = shutil.which("npm")
     if npm is None:
         raise SetupError(f"npm is not installed; the tests need it for {', '.join(packages)} (install Node.js)")
-    say(f"installing {', '.join(packages)} into {prefix}")
-    run(npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", prefix, *packages)
+    with PROGRESS.step(f"installing {', '.join(packages)} into {prefix}"):
+        run(npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", prefix, *packages)
 
 
 def hermes_cli() -> None:
@@ -235,9 +277,9 @@ def hermes_cli() -> None:
     python = venv_python(venv)
     if python is not None and shutil.which("hermes", path=str(python.parent)) is not None:
         return
-    say(f"installing hermes-agent {HERMES_VERSION} into {venv}")
-    run(sys.executable, "-m", "venv", venv)
-    run(venv_python(venv), "-m", "pip", "install", "-q", f"hermes-agent[acp]=={HERMES_VERSION}")
+    with PROGRESS.step(f"installing hermes-agent {HERMES_VERSION} into {venv}"):
+        run(sys.executable, "-m", "venv", venv)
+        run(venv_python(venv), "-m", "pip", "install", "-q", f"hermes-agent[acp]=={HERMES_VERSION}")
 
 
 # Debian's packages the tests use, by the program each gives: chromium for the browser tests (Playwright drives it;
@@ -251,9 +293,9 @@ def debian_packages() -> None:
         return
     is_root = getattr(os, "geteuid", lambda: -1)() == 0
     if is_root and shutil.which("apt-get"):
-        say(f"installing {', '.join(missing)} with apt-get")
-        run("apt-get", "update", "-qq")
-        run("apt-get", "install", "-y", "-qq", *missing, stdout=subprocess.DEVNULL)
+        with PROGRESS.step(f"installing {', '.join(missing)} with apt-get"):
+            run("apt-get", "update", "-qq")
+            run("apt-get", "install", "-y", "-qq", *missing, stdout=subprocess.DEVNULL)
     else:
         say(
             f"{', '.join(missing)} missing: install them (e.g. `sudo apt-get install {' '.join(missing)}`); the "
@@ -328,25 +370,34 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def set_up(command: str) -> Path:
+    """Everything `command` needs installed, each step said with its time, then the set-up's; the venv's Python."""
+    python = ensure_venv()
+    if command == "run":
+        ensure_installed(python, RUN_EXTRAS, show_pip=True)
+    else:
+        ensure_installed(python, TEST_EXTRAS)
+    if command in ("tools", "test"):
+        tools()
+    elif command == "bench":
+        hermes_cli()
+    PROGRESS.total()
+    return python
+
+
 def dispatch(args: argparse.Namespace) -> int:
     if args.command == "lock":
         lock()
         return 0
-    python = ensure_venv()
+    python = set_up(args.command)
     if args.command == "run":
-        ensure_installed(python, RUN_EXTRAS)
         return serve(python, args.host, args.port)
-    ensure_installed(python, TEST_EXTRAS)
-    if args.command == "tools":
-        tools()
-    elif args.command == "lint":
+    if args.command == "lint":
         lint(python)
     elif args.command == "test":
-        tools()
         lint(python)
         return subprocess.call([str(python), "-m", "pytest", *PYTEST_PARALLEL, *args.pytest_args], cwd=REPO)
     elif args.command == "bench":
-        hermes_cli()
         run(python, REPO / "tests" / "bench" / "all.py")
     return 0
 

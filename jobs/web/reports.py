@@ -4,16 +4,21 @@ SVG bar chart.
 A task's cost is what that task used itself (a follow-up is not charged again for its session's earlier turns:
 jobs/actions/runs.py, `own_usage`), so sums over tasks are sums of money spent, and a session's total is the sum of
 its tasks.
+
+A cost that was never reported is not a cost of $0: Hermes Agent reports none (one-shot Hermes no tokens either), so
+each figure comes with how many finished tasks reported no cost, and a figure with no reported cost at all is None.
+Every page shows them alike (templates/jobs/_cost.html): the dashboard's rows and each table here.
 """
 
 import math
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db.models import Count, F, Sum
+from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
+from jobs.core.vocabulary import TERMINAL_STATUSES, Agent
 from jobs.models import AgentSession, Task
 
 CHART_WIDTH = 720
@@ -50,10 +55,28 @@ def _tokens(prefix: str = ""):
     return Coalesce(F(f"{prefix}input_tokens"), 0) + Coalesce(F(f"{prefix}output_tokens"), 0)
 
 
+def _reported(prefix: str = "") -> Q:
+    """Tasks that reported a cost."""
+    return Q(**{f"{prefix}cost_usd__isnull": False})
+
+
+def _unreported(prefix: str = "") -> Q:
+    """Tasks that ran and ended without reporting a cost (the dashboard's rule: templates/jobs/_task_row.html)."""
+    return Q(
+        **{
+            f"{prefix}cost_usd__isnull": True,
+            f"{prefix}started_at__isnull": False,
+            f"{prefix}status__in": list(TERMINAL_STATUSES),
+        }
+    )
+
+
 def _totals(queryset):
+    """Per group: its tasks, their tokens, the cost they reported (None when none did), and how many did not."""
     return queryset.annotate(
         tasks=Count("id"),
-        cost=Coalesce(Sum("cost_usd"), 0.0),
+        cost=Sum("cost_usd"),
+        unreported=Count("id", filter=_unreported()),
         tokens=Coalesce(Sum(_tokens()), 0),
     )
 
@@ -72,10 +95,29 @@ def usage_by_directory() -> list[dict]:
 
 
 def usage_by_session(limit: int = 50) -> list[dict]:
-    """The costliest agent sessions: each one's total (the sum of its tasks' own costs) and its tasks."""
-    sessions = AgentSession.objects.annotate(tasks_count=Count("tasks"), tokens=Coalesce(Sum(_tokens("tasks__")), 0))
-    rows = sessions.values("pk", "agent", "session_id", "title", "cwd", "total_cost_usd", "tasks_count", "tokens")
-    return list(rows.order_by("-total_cost_usd", "-pk")[:limit])
+    """The costliest agent sessions: each one's total (the sum of its tasks' own costs, None when none reported one),
+    its tasks, and its agent by the name the dashboard gives it (`agent_label`)."""
+    sessions = AgentSession.objects.annotate(
+        tasks_count=Count("tasks"),
+        tokens=Coalesce(Sum(_tokens("tasks__")), 0),
+        reported=Count("tasks", filter=_reported("tasks__")),
+        unreported=Count("tasks", filter=_unreported("tasks__")),
+    )
+    fields = ("pk", "agent", "session_id", "title", "cwd", "total_cost_usd", "tasks_count", "tokens")
+    rows = list(sessions.values(*fields, "reported", "unreported").order_by("-total_cost_usd", "-pk")[:limit])
+    for row in rows:
+        row["cost"] = row["total_cost_usd"] if row.pop("reported") else None
+        row["agent_label"] = Agent(row["agent"]).label
+    return rows
+
+
+def session_total(session: AgentSession) -> dict:
+    """One session's total as usage_by_session gives it, for templates/jobs/_cost.html: `cost` (None when none of its
+    tasks reported one) and `unreported`."""
+    counts = session.tasks.aggregate(
+        reported=Count("id", filter=_reported()), unreported=Count("id", filter=_unreported())
+    )
+    return {"cost": session.total_cost_usd if counts["reported"] else None, "unreported": counts["unreported"]}
 
 
 def nice_top(value: float) -> float:

@@ -319,6 +319,7 @@
         return line(event.seq, "warning",
           `Not passed to ${agentName}: ${Object.keys(data.options || {}).join(", ")} — ${data.reason}`);
       case "spawned": return line(event.seq, "system", `Process ${data.pid} started`);
+      case "imported": return line(event.seq, "system imported", importedText(data));
       case "cancel_requested": return line(event.seq, "warning", `Cancel requested by ${data.by || "someone"}: ${data.reason}`);
       case "result": return resultLine(event);
       case "control_response":
@@ -343,6 +344,16 @@
       case "user": return null;
       default: return line(event.seq, "system muted", `${event.kind}: ${pretty(data)}`);
     }
+  }
+
+  // Where an imported task came from (`manage.py import_legacy`): the older tool, its id there, the file it was read
+  // from, and what the import noted (a cut log, a time taken from the file).
+  function importedText(data) {
+    const when = data.imported_at ? ` on ${new Date(data.imported_at).toLocaleString()}` : "";
+    const session = data.session_id ? `; its agent session ${data.session_id}` : "";
+    const notes = (data.notes || []).length ? ` — ${data.notes.join("; ")}` : "";
+    const file = data.file ? `, read from ${data.file}` : "";
+    return `Imported from ${data.from || "an older tool"} (old id ${data.legacy_id ?? "?"})${file}${when}${session}${notes}`;
   }
 
   // How the agent's turn ended, in words: Claude reports a subtype and is_error, ACP agents a stopReason.
@@ -378,6 +389,13 @@
     return s.cost_usd == null ? "–" : "not reported";
   }
 
+  // As the dashboard and the usage page say it (templates/jobs/_cost.html): a run that ended without reporting a cost
+  // (Hermes Agent reports none) is "not reported", not free.
+  function costText(s, terminal) {
+    if (s.cost_usd != null) return `$${s.cost_usd.toFixed(4)}`;
+    return terminal && s.started_at ? "not reported" : "–";
+  }
+
   function showState(s) {
     state = s;
     const status = document.getElementById("status");
@@ -389,7 +407,7 @@
     document.getElementById("turns").textContent = s.num_turns ?? "–";
     document.getElementById("tokens").textContent = tokenText(s);
     if (s.session_id) document.getElementById("session").textContent = s.session_id;
-    document.getElementById("cost").textContent = s.cost_usd == null ? "–" : `$${s.cost_usd.toFixed(4)}`;
+    document.getElementById("cost").textContent = costText(s, terminal);
     showSessionCost(s, terminal);
     showWhere(s);
     if (s.status !== "queued") {
@@ -417,13 +435,35 @@
     wait.querySelector("span").textContent = s.wait_reason || "";
   }
 
-  // The session's total as rendered, plus this task's own cost once it ends if the page was rendered before that.
+  // The session's total as rendered, plus this task's own figure once it ends if the page was rendered before that:
+  // its cost, or one more run that reported none.
   function showSessionCost(s, terminal) {
     const total = document.getElementById("session-cost");
+    const stat = document.getElementById("session-cost-stat");
     if (!s.session_id) return;
-    const own = terminal && total.dataset.includesTask !== "1" ? s.cost_usd || 0 : 0;
-    total.textContent = `$${((parseFloat(total.dataset.total) || 0) + own).toFixed(4)}`;
-    document.getElementById("session-cost-stat").hidden = false;
+    let cost = total.dataset.total ? parseFloat(total.dataset.total) : null;
+    let unreported = parseInt(stat.dataset.unreported, 10) || 0;
+    if (terminal && total.dataset.includesTask !== "1") {
+      if (s.cost_usd != null) cost = (cost || 0) + s.cost_usd;
+      else if (s.started_at) unreported += 1;
+    }
+    total.replaceChildren(...sumNodes(cost, unreported));
+    stat.hidden = false;
+  }
+
+  // A sum as templates/jobs/_cost.html renders it: what was reported, and how many runs reported no cost.
+  function sumNodes(cost, unreported) {
+    const runs = `${unreported} finished task${unreported === 1 ? "" : "s"}`;
+    if (cost != null && unreported) {
+      const note = el("span", "muted unreported", `(${unreported} not reported)`);
+      note.title = `${runs} reported no cost (Hermes Agent reports none)`;
+      return [`$${cost.toFixed(4)} `, note];
+    }
+    if (cost != null) return [`$${cost.toFixed(4)}`];
+    if (!unreported) return ["–"];
+    const note = el("span", "muted unreported", "not reported");
+    note.title = "no cost was reported (Hermes Agent reports none)";
+    return [note];
   }
 
   function tick() {

@@ -18,8 +18,9 @@ import pytest
 
 from tests import bridge_server
 from tests.bridge_server import BridgeServer
+from tests.browser.chromium import ARTIFACTS, expect, logged_in, login_link, shot, start_browser
 from tests.fakes.anthropic_server import FakeAnthropic, error, text, tool_use
-from tests.support import FAKES, skip_or_fail
+from tests.support import fake_agent_script, python_script
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # A stand-in for `hermes acp` that replays a recorded ACP transcript (tests/fixtures/hermes/, named by the file
@@ -40,84 +41,34 @@ for raw in Path(sys.argv[1], Path(".replay").read_text().strip()).read_text().sp
 sys.stdin.read()
 """
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-proxy-server",
-]
-LOGIN_LINK_RE = re.compile(r"one-time login link.*?: (http://\S+)")
-
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def playwright_api():
-    if not CHROMIUM.exists():
-        skip_or_fail(f"chromium is not installed at {CHROMIUM} (run `make browser`)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        skip_or_fail("Playwright for Python is not installed (pip install -e '.[test]')")
-    from playwright.sync_api import expect as playwright_expect
-
-    # Playwright's 5 s default is shorter than a real CLI's start on a busy machine; a wait ends at the event anyway.
-    playwright_expect.set_options(timeout=20_000)
-    with sync_playwright() as api:
-        yield api
-
-
-def start_browser(api, profile: Path):
-    """A fresh profile each time; the system chromium only."""
-    return api.chromium.launch_persistent_context(
-        str(profile),
-        executable_path=str(CHROMIUM),
-        headless=True,
-        args=CHROMIUM_ARGS,
-        viewport={"width": 1280, "height": 900},
-    )
-
-
-def login_link(server: BridgeServer) -> str:
-    for line in server.stdout_lines:
-        match = LOGIN_LINK_RE.search(line)
-        if match:
-            return match.group(1)
-    raise AssertionError(f"runbridge printed no login link:\n{server.output()}")
 
 
 @pytest.fixture(scope="module")
 def bridge(tmp_path_factory):
     """runbridge with the fake stream-json agent (its prompt is a small script, see tests/fakes/fake_claude.py)."""
     root = tmp_path_factory.mktemp("browser")
-    agent = root / "fake-claude"
-    agent.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_claude.py"}" "$@"\n')
-    agent.chmod(0o755)
+    agent = fake_agent_script(root)
     (root / "replay_hermes.py").write_text(REPLAY_HERMES)
-    hermes = root / "hermes"
+    # Installed as Bridge's readiness check expects Hermes (jobs/agents/executors.py): in an environment with the ACP
+    # extra, and a config that chooses a model provider; else the supervisor leaves its tasks queued.
+    venv = root / "hermes-venv"
+    (venv / "lib" / "python3" / "site-packages" / "acp").mkdir(parents=True)
+    (venv / "lib" / "python3" / "site-packages" / "acp" / "__init__.py").touch()
+    hermes_home = root / "hermes-home"
+    hermes_home.mkdir()
+    (hermes_home / "config.yaml").write_text("model:\n  provider: custom\n")
     replay = f'"{sys.executable}" "{root / "replay_hermes.py"}" "{FIXTURES / "hermes"}"'
-    hermes.write_text(f'#!/bin/sh\nexec {replay} "$@"\n')
-    hermes.chmod(0o755)
+    hermes = python_script(venv / "bin" / "hermes", f'exec {replay} "$@"\n', first_line="#!/bin/sh")
     env = {"BRIDGE_KILL_GRACE_S": "1", "BRIDGE_HERMES_BIN": str(hermes), "BRIDGE_HERMES_MODE": "acp"}
+    env["HERMES_HOME"] = str(hermes_home)
     with BridgeServer(root, "http://127.0.0.1:9", str(agent), env) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def context(playwright_api, bridge, tmp_path_factory):
-    ctx = start_browser(playwright_api, tmp_path_factory.mktemp("profile"))
-    ctx.set_default_timeout(20_000)
-    page = ctx.new_page()
-    page.goto(login_link(bridge))
-    page.wait_for_url(bridge.url + "/")
-    page.close()
+    ctx = logged_in(playwright_api, bridge, tmp_path_factory.mktemp("profile"))
     yield ctx
     ctx.close()
 
@@ -127,17 +78,6 @@ def page(context):
     page = context.new_page()
     yield page
     page.close()
-
-
-def expect():
-    from playwright.sync_api import expect as playwright_expect
-
-    return playwright_expect
-
-
-def shot(page, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
 def new_task(page, bridge: BridgeServer, prompt: str, cwd: Path | None = None, agent: str = "claude") -> str:
@@ -390,6 +330,7 @@ def test_a_hermes_task_reads_as_words_and_its_question_as_what_it_asks(page, bri
     expect()(page.locator(".entry.assistant")).to_have_count(1)
     expect()(page.locator(".entry.assistant")).to_have_text("Wrote it.")
     expect()(page.locator("#tokens")).to_have_text("200 / 3")
+    expect()(page.locator("#cost")).to_have_text("not reported")  # as the dashboard and the usage page say it
     expect()(page.locator("#permission-mode")).to_contain_text("ask for what Hermes asks about")
     shot(page, "task-hermes")
 
@@ -474,6 +415,15 @@ def test_a_question_left_open_by_an_ended_task_offers_no_answer_and_says_why(pag
     shot(page, "task-question-closed")
 
 
+def test_a_run_that_ended_without_reporting_a_cost_says_so_as_the_dashboard_does(page, bridge):
+    """Issue 29: "not reported" (as Hermes' tasks always are), on the task page and the dashboard alike, not "–"."""
+    task_id = new_task(page, bridge, "say about to crash\ncrash 3")
+    expect()(page.locator("#status")).to_have_text("failed")
+    expect()(page.locator("#cost")).to_have_text("not reported")
+    page.goto(bridge.url + "/")
+    expect()(page.locator(f"#task-{task_id} td.cost")).to_have_text("not reported")
+
+
 def test_a_finished_page_drops_task_queued(page, bridge):
     new_task(page, bridge, "say quick")
     expect()(page.locator("#status")).to_have_text("done")
@@ -494,6 +444,56 @@ def test_the_dashboard_counts_cancelled_tasks_live(context, bridge):
     dashboard.close()
 
 
+# --- issue 29: imported history, and a session's total ----------------------------------------------------------
+
+
+def test_an_imported_task_says_where_it_came_from_in_its_transcript_its_page_and_the_dashboard(page, bridge):
+    """The `imported` event reads as one line in words (it was a raw `imported: {…}` dump); the page and the
+    dashboard's row name the older tool and the old id."""
+    jobs = bridge.root / "legacy-jobs"
+    jobs.mkdir()
+    record = {"status": "ok", "exit_code": 0, "task": "tidy the notes", "cwd": "/srv/notes"}
+    record |= {"started_at": "2025-01-02T03:04:05Z", "finished_at": "2025-01-02T03:14:05Z"}
+    (jobs / "job-7.json").write_text(json.dumps({**record, "session_id": "20250101_000000_abcdef"}))
+    (jobs / "job-7.log").write_text("tidied\n")
+    bridge_server.run_manage(["import_legacy", "--mcp-jobs", str(jobs)], bridge.env)
+
+    page.goto(bridge.url + "/tasks/job-7/")
+    came_from = re.escape(f"Imported from claude-hermes-bridge (old id job-7), read from {jobs / 'job-7.json'} on ")
+    expect()(page.locator("#transcript .entry").first).to_have_text(
+        re.compile(f"^{came_from}.+; its agent session 20250101_000000_abcdef$")
+    )
+    expect()(page.locator("#status")).to_have_text("done")
+    expect()(page.locator("#imported-from")).to_have_text("Imported from claude-hermes-bridge (old id job-7)")
+    assert "imported:" not in transcript_text(page) and "{" not in transcript_text(page)
+    shot(page, "task-imported")
+
+    task_id = page.locator("#task").get_attribute("data-task-id")
+    page.goto(bridge.url + "/")
+    badge = page.locator(f"#task-{task_id} .badge.imported")
+    expect()(badge).to_have_text("imported")
+    expect()(badge).to_have_attribute("title", "imported from claude-hermes-bridge; old id job-7")
+    shot(page, "dashboard-imported")
+
+
+def test_a_hermes_sessions_total_says_not_reported_live_and_after_a_reload(page, bridge):
+    """Hermes reports no cost: the session total said "$0.0000" where the dashboard and /usage/ say "not reported",
+    both as the page's script kept it once the task ended and as the page is rendered afterwards."""
+    cwd = workdir(bridge, "session-total")
+    (cwd / ".replay").write_text("acp_plain.jsonl")
+    new_task(page, bridge, "Say hello", cwd, agent="hermes")
+    expect()(page.locator("#status")).to_have_text("done")
+    expect()(page.locator("#session-cost")).to_have_text("not reported")
+    page.reload()
+    expect()(page.locator("#live")).not_to_have_text("connecting…")
+    expect()(page.locator("#session-cost")).to_have_text("not reported")
+    session_id = page.locator("#session").inner_text()
+    page.goto(bridge.url + "/usage/")
+    row = page.locator("#sessions tr", has=page.locator(f'a[title="{session_id}"]'))
+    expect()(row.locator("td[data-label=Agent]")).to_have_text("Hermes Agent")
+    expect()(row.locator("td[data-label='Session total']")).to_have_text("not reported")
+
+
 # --- the real Claude Code CLI ------------------------------------------------------------------------------------
 
 
@@ -510,12 +510,7 @@ def real_bridge(tmp_path_factory):
 @pytest.fixture(scope="module")
 def real_context(playwright_api, real_bridge, tmp_path_factory):
     """One browser for the real-CLI tests: the login link works once."""
-    ctx = start_browser(playwright_api, tmp_path_factory.mktemp("real-profile"))
-    ctx.set_default_timeout(30_000)
-    page = ctx.new_page()
-    page.goto(login_link(real_bridge))
-    page.wait_for_url(real_bridge.url + "/")
-    page.close()
+    ctx = logged_in(playwright_api, real_bridge, tmp_path_factory.mktemp("real-profile"), timeout_ms=30_000)
     yield ctx
     ctx.close()
 
