@@ -50,17 +50,51 @@ def acp_installed(executable: str) -> bool:
     return any((site / "acp" / "__init__.py").exists() for site in site_packages(Path(found)))
 
 
-def hermes_session_source(session_id: str, home: Path | None = None) -> str | None:
-    """Where Hermes says a session came from ("acp", "cli", …), read from its own store ($HERMES_HOME/state.db,
-    read-only, without starting Hermes): "" when the store has no such session, None when there is no store to ask.
-    Hermes' ACP server reopens only sessions it created itself; the others resume in one-shot mode."""
-    store = Path(home or settings.BRIDGE_HERMES_HOME) / "state.db"
+# Hermes' newest session in a directory, in the order `hermes chat --continue` takes (hermes_state.py
+# search_sessions, Hermes 0.19): last message, then start. Only sessions started at a terminal (source "cli") record
+# their cwd.
+NEWEST_IN_CWD = """
+    SELECT s.id FROM sessions s
+    LEFT JOIN (SELECT session_id, MAX(timestamp) AS last_active FROM messages GROUP BY session_id) m
+        ON m.session_id = s.id
+    WHERE s.cwd = ?
+    ORDER BY COALESCE(m.last_active, s.started_at) DESC, s.started_at DESC, s.id DESC
+    LIMIT 1
+"""
+
+
+def session_store(home: Path | None = None) -> Path:
+    """Hermes' own session store: $HERMES_HOME/state.db."""
+    return Path(home or settings.BRIDGE_HERMES_HOME) / "state.db"
+
+
+def _first_in_store(sql: str, value: str, home: Path | None) -> list[tuple] | None:
+    """The first row `sql` selects from Hermes' store (read-only, without starting Hermes), in a list (empty when it
+    selects none); None when there is no store this process can read."""
     try:
-        with closing(sqlite3.connect(f"{store.as_uri()}?mode=ro", uri=True, timeout=5)) as db:
-            row = db.execute("SELECT source FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        with closing(sqlite3.connect(f"{session_store(home).as_uri()}?mode=ro", uri=True, timeout=5)) as db:
+            return db.execute(sql, (value,)).fetchmany(1)
     except sqlite3.Error:
         return None
-    return "" if row is None else str(row[0] or "unknown")
+
+
+def hermes_session_source(session_id: str, home: Path | None = None) -> str | None:
+    """Where Hermes says a session came from ("acp", "cli", …), read from its own store: "" when the store has no
+    such session, None when there is no store to ask. Hermes' ACP server reopens only sessions it created itself; the
+    others resume in one-shot mode."""
+    rows = _first_in_store("SELECT source FROM sessions WHERE id = ?", session_id, home)
+    if rows is None:
+        return None
+    return str(rows[0][0] or "unknown") if rows else ""
+
+
+def hermes_newest_session(cwd: str, home: Path | None = None) -> str | None:
+    """The newest session Hermes recorded in `cwd`, read from its own store: "" when it recorded none there, None
+    when there is no store to ask."""
+    rows = _first_in_store(NEWEST_IN_CWD, cwd, home)
+    if rows is None:
+        return None
+    return str(rows[0][0]) if rows else ""
 
 
 def hermes_version(executable: Path) -> str | None:

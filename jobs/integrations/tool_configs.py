@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
@@ -46,6 +46,14 @@ EXECUTOR_PREFIXES = ("ANTHROPIC_",)
 EXECUTOR_SECRETS = ("ANTHROPIC_CUSTOM_HEADERS",)
 # Where runbridge records the address it listens on, in the data dir, for install_hermes_skill and register_claude.
 SERVER_URL_FILE = "server.json"
+# The older MCP server Bridge replaces (claude-hermes-bridge): a word of its entry's command line names it, as a
+# folder, file, npm package or Python module (`-` or `_`, any case, a version or suffix after it), under any name.
+OLDER_SERVER_WORD = re.compile(r"(?:claude-hermes-bridge|hermes-mcp)(?:$|[-.@])")
+# Under the name its README gave it, running its entry point is enough: `node …/index.js`, `python …/server.py`.
+OLDER_SERVER_NAME = "hermes"
+OLDER_SERVER_SCRIPTS = ("index.js", "server.py")
+# What a command line is cut into to find those words: path separators, spaces, quotes and `--option=` signs.
+COMMAND_LINE_PARTS = re.compile(r"[\\/\s\"'=]+")
 # Executables the MCP process (or the supervisor it starts) runs, with the program looked up on PATH when unset:
 # Claude Desktop starts servers with a minimal PATH, so an absolute path is what makes them findable there.
 AGENT_BINARIES = {"BRIDGE_CLAUDE_BIN": "claude", "BRIDGE_HERMES_BIN": "hermes"}
@@ -308,14 +316,56 @@ def dump_json(config: dict) -> str:
     return json.dumps(config, indent=2, ensure_ascii=False) + "\n"
 
 
-def merged_claude_desktop_config(path: Path, current: str | None, entry: dict) -> str:
-    """The config with Bridge under `mcpServers`, every other key and server as it was."""
+def merged_claude_desktop_config(path: Path, current: str | None, entry: dict, drop: Iterable[str] = ()) -> str:
+    """The config with Bridge under `mcpServers`, without the servers named in `drop`, every other key and server as
+    it was."""
     config = json_object(path, current)
     servers = config.setdefault("mcpServers", {})
     if not isinstance(servers, dict):
         raise ConfigError(path, "'mcpServers' is not a JSON object")
+    for name in drop:
+        servers.pop(name, None)
     servers[SERVER_NAME] = entry
     return dump_json(config)
+
+
+def command_line(entry: dict) -> list[str]:
+    """A stdio server entry's command and its arguments (what is not text is left out)."""
+    args = entry.get("args")
+    words = [entry.get("command"), *(args if isinstance(args, list) else [])]
+    return [word for word in words if isinstance(word, str)]
+
+
+def runs_bridge(words: list[str]) -> bool:
+    """Whether a command line runs Bridge's MCP server (`<python> <checkout>/manage.py mcp`), from any checkout."""
+    return any(
+        COMMAND_LINE_PARTS.split(word)[-1] == "manage.py" and after == "mcp"
+        for word, after in zip(words, words[1:], strict=False)
+    )
+
+
+def is_older_server(name: str, entry: object) -> bool:
+    """Whether an `mcpServers` entry starts the older MCP server Bridge replaces, which offers the same tools
+    (`hermes_run`, …): a word of its command line names it, or it is called `hermes` and runs its `index.js` or
+    `server.py`. Bridge's own entry, under any name and from any checkout, never is."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("command"), str):
+        return False  # not a stdio server: the older one was
+    words = command_line(entry)
+    if runs_bridge(words):
+        return False
+    parts = [part.lower() for word in words for part in COMMAND_LINE_PARTS.split(word) if part]
+    if any(OLDER_SERVER_WORD.match(part.replace("_", "-")) for part in parts):
+        return True
+    return name.strip().lower() == OLDER_SERVER_NAME and any(part in OLDER_SERVER_SCRIPTS for part in parts)
+
+
+def older_servers(path: Path, current: str | None) -> dict[str, dict]:
+    """The entries of a Claude Desktop config that start the older MCP server (by name); Bridge's own name is
+    Bridge's whatever it holds, as it is replaced anyway."""
+    servers = json_object(path, current).get("mcpServers")
+    if not isinstance(servers, dict):
+        return {}
+    return {name: entry for name, entry in servers.items() if name != SERVER_NAME and is_older_server(name, entry)}
 
 
 def merged_claude_code_settings(

@@ -1,5 +1,5 @@
-"""The database reads behind the MCP replies that jobs.actions does not offer: all of them in one place, and
-`in_db`, which runs them (and every other ORM call of the tools) off the event loop."""
+"""The database reads behind the MCP replies that jobs.actions does not offer: all of them in one place (Hermes' own
+session store included), and `in_db`, which runs them (and every other ORM call of the tools) off the event loop."""
 
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -8,7 +8,7 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from jobs import actions
-from jobs.core.vocabulary import Agent
+from jobs.core.vocabulary import Agent, Status
 from jobs.models import PermissionRequest, Task, TaskEvent
 
 # What counts as the agent's output: Claude's whole text blocks; Hermes' one-shot lines or ACP message fragments.
@@ -37,9 +37,15 @@ def queued_ahead(task: Task) -> int:
 
 
 def needs_attention(task_pk: int) -> bool:
-    """A waiting tool returns early when its task ends (its supervisor dying included) or asks a question."""
+    """A waiting tool returns early when its task ends (its supervisor dying included), asks a question, or waits
+    for a supervisor that can run it (the reply's WAITING line says why and the fix)."""
     task = actions.settle_if_orphaned(Task.objects.get(pk=task_pk))
-    return task.is_terminal or PermissionRequest.objects.pending().filter(task_id=task_pk).exists()
+    if task.is_terminal or PermissionRequest.objects.pending().filter(task_id=task_pk).exists():
+        return True
+    if task.status == Status.QUEUED and actions.none_can_run(task):
+        actions.tell_why_queued(Task.objects.filter(pk=task_pk))  # its WAITING line says so now, not at the next look
+        return True
+    return False
 
 
 def newest_tasks(limit: int) -> list[Task]:

@@ -36,6 +36,8 @@ STATUS_WORDS = {
     Status.ORPHANED: "orphaned",
 }
 RUNNING_TAIL_CHARS = 2000
+RUNNING_MARKER = "--- OUTPUT SO FAR (tail) ---"  # the older bridge's words, over the last RUNNING_TAIL_CHARS
+SHOWN_ID_CHARS = 36  # a UUID as text: a longer job id is shown shortened
 MAX_LISTED_ENTRIES = 500
 MAX_INPUT_CHARS = 2000
 CANCEL_REQUESTED = "NOTE: cancel requested; the supervisor is stopping the agent."
@@ -98,6 +100,7 @@ def _task_header(task: Task, notes: Sequence[str]) -> list[str]:
     lines = [
         f"STATUS: {status_word(task.status)}",
         f"JOB_ID: {task.public_id}",
+        *legacy_id_lines(task),
         f"AGENT: {task.agent}",
         f"CWD: {task.cwd}",
         f"ELAPSED_S: {elapsed_s(task):.1f}",
@@ -112,6 +115,12 @@ def _task_header(task: Task, notes: Sequence[str]) -> list[str]:
     if task.session is not None:
         lines.append(f"SESSION_ID: {task.session.session_id}")
     return lines + usage_lines(task) + list(notes)
+
+
+def legacy_id_lines(task: Task) -> list[str]:
+    """`LEGACY_ID:`, the id an imported job had in the older tool it came from (`manage.py import_legacy`), by which
+    every tool that takes a job_id finds it too."""
+    return [f"LEGACY_ID: {task.legacy_id}"] if task.legacy_id else []
 
 
 def usage_lines(task: Task) -> list[str]:
@@ -144,8 +153,7 @@ def unfinished_task(task: Task, notes: Sequence[str], *, ahead: int | None, pend
         f"Still {task.status}. This is NOT a failure and NOT a timeout. Collect the result with "
         f'hermes_status(job_id="{task.public_id}"). Do not re-run the task.'
     )
-    marker = f"--- OUTPUT SO FAR (last {RUNNING_TAIL_CHARS} characters) ---"
-    return reply(lines, framed(marker, text_lines(tail), "(no output yet)"))
+    return reply(lines, framed(RUNNING_MARKER, text_lines(tail), "(no output yet)"))
 
 
 def finished_task(task: Task, notes: Sequence[str], output: str) -> str:
@@ -172,13 +180,15 @@ def joined_existing(task: Task) -> str:
 
 
 def job_list(counts: dict[str, int], tasks: Iterable[Task]) -> str:
-    """The counts by status, then one line per task: JOB_ID, status, agent, elapsed, cwd, first prompt line."""
+    """The counts by status, then one line per task: JOB_ID, status, agent, elapsed, an imported job's old id, cwd,
+    first prompt line."""
     lines = [jobs_line(counts)]
     for task in tasks:
         first_line = (task.prompt.strip().splitlines() or [""])[0][:80]
+        old_id = f"(old id: {task.legacy_id})  " if task.legacy_id else ""
         lines.append(
             f"{task.public_id}  {status_word(task.status):9}  {task.agent:6}  {elapsed_s(task):7.1f}s  "
-            f"{task.cwd}  {first_line}"
+            f"{old_id}{task.cwd}  {first_line}"
         )
     return reply(lines)
 
@@ -317,16 +327,6 @@ def executor_readiness(status: ExecutorStatus) -> list[str]:
     return lines + [f"{name}_NOTE: {note}" for note in status.notes]
 
 
-def executor_cannot_run(status: ExecutorStatus) -> str:
-    told = " ".join(f"{p.what}. Fix: {p.fix}." for p in status.problems)
-    return (
-        f"No supervisor is running, and this MCP server will not start one that cannot run {status.agent} in the "
-        f"environment it was started with: {told} Or start Bridge from a terminal where {status.agent} works "
-        f"(`make run`, or `{manage_command('supervise')}`); this server then uses that supervisor. After changing the "
-        f"setup, run `{manage_command('register_claude')}` again and restart the MCP client."
-    )
-
-
 # --- the supervisor -------------------------------------------------------------------------------------
 
 
@@ -354,6 +354,22 @@ def supervisor_started(pid: int, log_path: Path) -> str:
 def error(message: str, code: ErrorCode, *, refused: bool = False) -> str:
     """Every failed tool's reply: the status word, the message for people, the stable code for programs."""
     return reply([f"STATUS: {'refused' if refused else 'error'}", f"ERROR: {message}", f"CODE: {code}"])
+
+
+def unknown_job(job_id: str) -> str:
+    """A job id no job has, and where MCP lists the real ones (not REST's list, which a planner here cannot reach)."""
+    shown = job_id if len(job_id) <= SHOWN_ID_CHARS else f"{job_id[:SHOWN_ID_CHARS]}… ({len(job_id)} characters)"
+    return (
+        f"unknown job_id {shown!r}: hermes_jobs lists the jobs (a job id is the JOB_ID line of a hermes_run, "
+        "hermes_resume, claude_run or claude_resume reply)"
+    )
+
+
+def hermes_latest_session(session_id: str, cwd: str) -> str:
+    return (
+        f"NOTE: Bridge has run no hermes session in {cwd}, so 'latest' is Hermes' own newest session recorded "
+        f"there: {session_id}."
+    )
 
 
 def unexpected(tool_name: str, exc: Exception) -> str:

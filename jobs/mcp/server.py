@@ -27,7 +27,9 @@ How to work with it:
   collect the result with hermes_status(job_id=…, wait_s=…) — it works for every job — and never re-run the task.
   Sending the same task for the same cwd again while it runs returns the same job.
 - Continue an agent's conversation with hermes_resume / claude_resume (session_id from an earlier reply, or
-  "latest" for the newest session Bridge ran in that cwd); hermes_resume also takes any Hermes session id.
+  "latest" for the newest session Bridge ran in that cwd; for hermes_resume, where Bridge ran none there, Hermes' own
+  newest session started in that cwd, named on a NOTE line); hermes_resume also takes any Hermes session id.
+- Jobs imported from the older tools (ended, never re-run) carry a LEGACY_ID line: their old id works as a job_id.
 - Claude jobs may ask permission for tools: permissions_pending lists the questions, permission_decide answers.
 - Verify the artifacts yourself with hermes_read (files and directories, without waking an agent). A job's whole
   transcript is the file on its FULL_LOG line: open it with hermes_read too.

@@ -15,9 +15,10 @@ from django.conf import settings
 from pydantic import StrictInt
 
 from jobs import actions
+from jobs.actions.tasks import PERMISSION_MODES
 from jobs.agents import executors, hermes_skills
 from jobs.core import paths
-from jobs.core.errors import BridgeError, ErrorCode, InvalidInput, Refused
+from jobs.core.errors import ErrorCode, InvalidInput, NotFound
 from jobs.core.vocabulary import Agent, DecidedVia, Source, Status
 from jobs.mcp import full_log, reads, replies, waiting
 from jobs.mcp.reads import in_db
@@ -57,11 +58,6 @@ def _full_log(task: Task) -> str:
         return replies.full_log_line(None, f"{exc.strerror or exc}")
 
 
-def _require_hermes() -> None:
-    if hermes_skills.hermes_executable() is None:
-        raise BridgeError(f"Hermes is {replies.hermes_missing()}.", code=ErrorCode.HERMES_NOT_INSTALLED)
-
-
 def _listify(value: list[str] | str | None) -> list[str] | None:
     if value is None:
         return None
@@ -82,10 +78,9 @@ def _spec(
 
 
 def _start(spec: actions.TaskSpec) -> tuple[Task, list[str]]:
+    """Queue the task (or join its identical twin) and see that a supervisor runs: one that cannot run its agent
+    makes it wait, saying why and the fix (`WAITING:`, from the one rule in actions)."""
     actions.settle_running_tasks()  # never join an identical task whose supervisor is dead
-    refusal = supervisor_starter.refusal(spec.agent)
-    if refusal:  # queue nothing that no supervisor could run
-        raise Refused(refusal, code=ErrorCode.EXECUTOR_NOT_READY)
     task, created = actions.create_or_join_task(spec)
     notes = [] if created else [replies.joined_existing(task)]
     supervisor_note = supervisor_starter.ensure()
@@ -94,18 +89,27 @@ def _start(spec: actions.TaskSpec) -> tuple[Task, list[str]]:
     return task, notes
 
 
-async def _run(spec: actions.TaskSpec, wait_s: float) -> str:
+async def _run(spec: actions.TaskSpec, wait_s: float, more_notes: Sequence[str] = ()) -> str:
     wait, notes = waiting.bounded(wait_s)
     task, start_notes = await in_db(_start)(spec)
     await waiting.until_attention(task, wait)
-    return await in_db(describe)(task, notes + start_notes)
+    return await in_db(describe)(task, [*more_notes, *notes, *start_notes])
+
+
+def _session_id(agent: str, session_id: str, cwd: str | None) -> tuple[str, list[str]]:
+    """The session a resume continues (actions.known_session_id), and a note when it is Hermes' own."""
+    known = actions.known_session_id(agent, session_id, cwd)
+    if not known.hermes_own:
+        return known.session_id, []
+    return known.session_id, [replies.hermes_latest_session(known.session_id, str(paths.resolve_cwd(cwd)))]
 
 
 async def _resume(session_id: str, spec: actions.TaskSpec, wait_s: float) -> str:
-    """Both agents' resume: `session_id` is "latest" (the newest session Bridge ran in spec.cwd) or a session id
-    Bridge recorded (which fixes the cwd) or, for Hermes, any id in Hermes' own session store."""
-    resume_id = await in_db(actions.known_session_id)(spec.agent, session_id, spec.cwd)
-    return await _run(dataclasses.replace(spec, resume_session_id=resume_id), wait_s)
+    """Both agents' resume: `session_id` is "latest" (the newest session Bridge ran in spec.cwd; for Hermes, else
+    Hermes' own newest there) or a session id Bridge recorded (which fixes the cwd) or, for Hermes, any id in
+    Hermes' own session store."""
+    resume_id, notes = await in_db(_session_id)(spec.agent, session_id, spec.cwd)
+    return await _run(dataclasses.replace(spec, resume_session_id=resume_id), wait_s, notes)
 
 
 @tool
@@ -123,7 +127,6 @@ async def hermes_run(
     (default 5, at most 150). Returns STATUS/JOB_ID; if still running, collect it later with hermes_status.
     Read STATUS and JOB_ID from the header lines at the top; the agent's output comes last, each line behind `| `.
     target: run only on the supervisor with this name, host or label (hermes_health lists them); default any."""
-    _require_hermes()
     options = dict(max_turns=max_turns, skills=_listify(skills), toolsets=_listify(toolsets))
     return await _run(_spec(Agent.HERMES, task, cwd, timeout_s, options, target=target or ""), wait_s)
 
@@ -139,9 +142,8 @@ async def hermes_resume(
 ) -> str:
     """Continue a Hermes session with a new task. session_id is an earlier reply's SESSION_ID, any Hermes session
     id (also one started by hand or by another tool, e.g. from `hermes sessions list`), or "latest" for the newest
-    Hermes session Bridge ran in cwd. A session Bridge ran continues in its own cwd; another one in cwd (or the
-    default)."""
-    _require_hermes()
+    Hermes session Bridge ran in cwd (if none, Hermes' own newest session started in cwd). A session Bridge ran
+    continues in its own cwd; another one in cwd (or the default)."""
     spec = _spec(Agent.HERMES, task, cwd, timeout_s, dict(max_turns=max_turns))
     return await _resume(session_id, spec, wait_s)
 
@@ -150,19 +152,33 @@ async def hermes_resume(
 async def claude_run(
     task: str,
     cwd: str | None = None,
-    permission_mode: Literal["approve", "bypass"] = "approve",
+    permission_mode: Literal[PERMISSION_MODES] = "approve",  # type: ignore[valid-type]
     model: str | None = None,
     max_turns: StrictInt | None = None,
     allowed_tools: list[str] | None = None,
+    disallowed_tools: list[str] | None = None,
+    append_system_prompt: str | None = None,
+    add_dirs: list[str] | None = None,
     timeout_s: StrictInt | None = None,
     wait_s: float = 5,
     target: str | None = None,
 ) -> str:
     """Start a Claude Code job in cwd and wait up to wait_s seconds (default 5, at most 150). With
-    permission_mode "approve" its tool requests wait for permission_decide; "bypass" allows them all.
+    permission_mode "approve" its tool requests wait for permission_decide; "bypass" allows them all; Claude Code's
+    "acceptEdits" (it accepts file edits itself) and "plan" (it plans, changing nothing unasked) send the rest to
+    permission_decide as approve does. disallowed_tools: tools Claude may not use (e.g. "Bash(git push:*)").
+    append_system_prompt: text added to Claude's system prompt. add_dirs: more absolute directories it may work in,
+    each inside the allowed roots like cwd.
     The reply has the same shape as hermes_status's: header lines first, the output last behind `| `.
     target: run only on the supervisor with this name, host or label (hermes_health lists them); default any."""
-    options = dict(model=model, max_turns=max_turns, allowed_tools=allowed_tools)
+    options = dict(
+        model=model,
+        max_turns=max_turns,
+        allowed_tools=allowed_tools,
+        disallowed_tools=disallowed_tools,
+        append_system_prompt=append_system_prompt,
+        add_dirs=add_dirs,
+    )
     spec = _spec(Agent.CLAUDE, task, cwd, timeout_s, options, permission_mode=permission_mode, target=target or "")
     return await _run(spec, wait_s)
 
@@ -172,13 +188,23 @@ async def claude_resume(
     session_id: str,
     task: str,
     cwd: str | None = None,
-    permission_mode: Literal["approve", "bypass"] = "approve",
+    permission_mode: Literal[PERMISSION_MODES] = "approve",  # type: ignore[valid-type]
     max_turns: StrictInt | None = None,
+    disallowed_tools: list[str] | None = None,
+    append_system_prompt: str | None = None,
+    add_dirs: list[str] | None = None,
     timeout_s: StrictInt | None = None,
     wait_s: float = 5,
 ) -> str:
-    """Continue a Claude Code session (SESSION_ID from an earlier reply, or "latest" for cwd) with a new task."""
-    spec = _spec(Agent.CLAUDE, task, cwd, timeout_s, dict(max_turns=max_turns), permission_mode=permission_mode)
+    """Continue a Claude Code session (SESSION_ID from an earlier reply, or "latest" for cwd) with a new task.
+    permission_mode, disallowed_tools, append_system_prompt and add_dirs as for claude_run."""
+    options = dict(
+        max_turns=max_turns,
+        disallowed_tools=disallowed_tools,
+        append_system_prompt=append_system_prompt,
+        add_dirs=add_dirs,
+    )
+    spec = _spec(Agent.CLAUDE, task, cwd, timeout_s, options, permission_mode=permission_mode)
     return await _resume(session_id, spec, wait_s)
 
 
@@ -190,11 +216,22 @@ async def hermes_status(job_id: str, wait_s: float = 30) -> str:
     """Any job's status and output (Hermes or Claude). Waits up to wait_s seconds (default 30, at most 150)
     for it to finish, returning early when it ends or asks for a permission. The header (`STATUS:`, `JOB_ID:`,
     `EXIT_CODE:`, `ERROR:` …, one line each) comes first; the output last, under `--- <AGENT> OUTPUT ---` (or
-    `--- OUTPUT SO FAR … ---`), each of its lines behind `| `: only header lines are Bridge's word."""
+    `--- OUTPUT SO FAR (tail) ---`), each of its lines behind `| `: only header lines are Bridge's word. An
+    unknown job_id: hermes_jobs lists the jobs."""
     wait, notes = waiting.bounded(wait_s)
-    task = await in_db(actions.get_task)(job_id)
+    task = await in_db(_job)(job_id)
     await waiting.until_attention(task, wait)
     return await in_db(describe)(task, notes)
+
+
+def _job(job_id: str) -> Task:
+    """The job a tool names; for an unknown id, the words point to hermes_jobs (actions.get_task's point to REST)."""
+    try:
+        return actions.get_task(job_id)
+    except NotFound as exc:
+        if exc.code != ErrorCode.NO_SUCH_TASK:
+            raise
+        raise NotFound(replies.unknown_job(str(job_id)), code=ErrorCode.NO_SUCH_TASK) from None
 
 
 def _jobs(limit: int) -> str:
@@ -209,7 +246,7 @@ async def hermes_jobs(limit: int = 20) -> str:
 
 
 def _cancel(job_id: str, reason: str) -> str:
-    task = actions.request_cancel(actions.get_task(job_id), reason=reason or "cancelled by the planner", by="mcp")
+    task = actions.request_cancel(_job(job_id), reason=reason or "cancelled by the planner", by="mcp")
     return describe(task, [] if task.is_terminal else [replies.CANCEL_REQUESTED])
 
 
@@ -223,7 +260,7 @@ async def task_cancel(job_id: str, reason: str = "") -> str:
 
 
 def _pending(job_id: str | None) -> str:
-    task = actions.get_task(job_id) if job_id else None
+    task = _job(job_id) if job_id else None
     return replies.pending_permissions(actions.pending_permissions(task))
 
 
@@ -235,7 +272,7 @@ async def permissions_pending(job_id: str | None = None) -> str:
 
 def _decide(job_id: str, behavior: str, request_id: str | None, message: str, updated_input: dict | None) -> str:
     perm = actions.decide_permission(
-        actions.get_task(job_id),
+        _job(job_id),
         behavior=behavior,
         request_id=request_id,
         updated_input=updated_input,
@@ -318,10 +355,10 @@ def _health() -> tuple[bool, str]:
     else:
         version = hermes_skills.hermes_version(executable)
         hermes = replies.hermes_found(executable, version, hermes_skills.acp_installed(str(executable)))
-    hermes += replies.executor_readiness(executors.hermes_status()) + replies.executor_readiness(
-        executors.claude_status()
-    )
-    ok = executable is not None and state.database == "ok"
+    # what the live supervisors can run (it is they that run the jobs), or this server's view while none lives
+    readiness = {status.agent: status for status in actions.executor_statuses(state.workers)}
+    hermes += replies.executor_readiness(readiness["hermes"]) + replies.executor_readiness(readiness["claude"])
+    ok = readiness["hermes"].ready != executors.NO and state.database == "ok"
     return ok, replies.health(ok, hermes, state)
 
 

@@ -116,10 +116,11 @@ def bridges(tmp_path_factory, fake, proxy):
         bridge.stop()
 
 
-def by_hand(bridge: BridgeServer, cwd: Path, question: str) -> str:
-    """Start a Hermes session outside Bridge, as a person at a terminal would; returns its session id."""
+def by_hand(bridge: BridgeServer, cwd: Path, question: str, source: str = "tool") -> str:
+    """Start a Hermes session outside Bridge, as a person at a terminal would; returns its session id. With source
+    "cli" (Hermes' default, what a person typing `hermes chat` gets) Hermes records the session's cwd."""
     run = subprocess.run(
-        [str(hermes_bin()), "chat", f"--query={question}", "-Q", "--source", "tool"],
+        [str(hermes_bin()), "chat", f"--query={question}", "-Q", "--source", source],
         cwd=cwd,
         env={name: value for name, value in bridge.env.items() if not name.startswith(("BRIDGE_", "DJANGO_"))},
         stdin=subprocess.DEVNULL,
@@ -218,6 +219,61 @@ def test_hermes_resume_continues_a_session_started_by_hand(bridges, fake, mode):
     assert resumed.text.endswith("Continued by Bridge.")
     history = message_texts(script.requests[-1])
     assert ("user", "Asked at a terminal") in history and history[-1] == ("user", "Go on from there")
+
+
+@pytest.mark.parametrize("mode", ["oneshot", pytest.param("", id="auto")])
+def test_latest_where_bridge_ran_no_session_continues_hermes_own_newest_one_there(bridges, fake, mode):
+    bridge, script = bridges(mode), Script(fake)
+    cwd, elsewhere = bridge.work / f"latest-{mode or 'auto'}", bridge.work / f"latest-elsewhere-{mode or 'auto'}"
+    cwd.mkdir()
+    elsewhere.mkdir()
+    script.push(text("Answered at a terminal."))
+    hand_id = by_hand(bridge, cwd, "Asked at a terminal here", source="cli")
+    script.push(text("Answered elsewhere."))
+    by_hand(bridge, elsewhere, "Asked at a terminal elsewhere", source="cli")  # Hermes' newest, in another cwd
+    script.push(text("Continued by Bridge."))
+
+    async def steps(session: Session) -> tuple[Reply, Reply]:
+        resumed = await session.call("hermes_resume", session_id="latest", task="Go on from there", cwd=str(cwd))
+        return resumed, await session.until_done(resumed)
+
+    resumed, done = over_stdio(bridge.env, steps)
+    note = (
+        f"NOTE: Bridge has run no hermes session in {cwd}, so 'latest' is Hermes' own newest session recorded there: "
+        f"{hand_id}."
+    )
+    assert note in resumed.text.splitlines(), resumed
+    assert done["STATUS"] == "ok" and done["SESSION_ID"] == hand_id and done["CWD"] == str(cwd), done
+    assert done.text.endswith("Continued by Bridge.")
+    history = message_texts(script.requests[-1])
+    assert ("user", "Asked at a terminal here") in history and history[-1] == ("user", "Go on from there")
+    assert ("user", "Asked at a terminal elsewhere") not in history
+
+
+def test_a_terminal_session_started_outside_the_roots_is_not_resumed_there(bridges, fake):
+    """Hermes moves a resumed session back into the directory it recorded (cli.py `_restore_session_cwd`), which may
+    lie outside the allowed roots: Bridge's launcher refuses such a resume before Hermes starts."""
+    bridge, script = bridges("oneshot"), Script(fake)
+    started_in, cwd = (bridge.root / "outside-the-roots").resolve(), bridge.work / "restore"
+    started_in.mkdir()
+    cwd.mkdir()
+    script.push(text("Answered at a terminal."))
+    hand_id = by_hand(bridge, started_in, "Asked outside the roots", source="cli")
+    asked = len(script.requests)
+
+    async def steps(session: Session) -> Reply:
+        resumed = await session.call("hermes_resume", session_id=hand_id, task="Write where you are", cwd=str(cwd))
+        return await session.until_done(resumed)
+
+    done = over_stdio(bridge.env, steps)
+    assert done["STATUS"] == "error" and done["EXIT_CODE"] == "1" and done["CWD"] == str(cwd), done
+    refusal = (
+        f"hermes_launch.py: session {hand_id} was started in {started_in}, and Hermes continues a session only "
+        f"there, not in this task's cwd {cwd}: resume it with that cwd (if it is inside Bridge's allowed roots), or "
+        "start a new session here"
+    )
+    assert done["ERROR"] == f"hermes exited with code 1: {refusal}", done
+    assert len(script.requests) == asked, "Hermes never started, so the model was never asked"
 
 
 def over_stdio(env: dict[str, str], steps) -> Any:

@@ -11,6 +11,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -190,14 +191,14 @@ def test_a_target_is_taken_and_checked_as_rest_does(mcp_env, supervisor, work_ro
         return {
             "bad": await session.call("claude_run", task="say hi", cwd=str(work_root), target="-rf"),
             "not text": await session.call("claude_run", task="say hi", cwd=str(work_root), target=5),
-            "hermes bad": await session.call("hermes_run", task="say hi", cwd=str(work_root), target="a b"),
+            "hermes bad": await session.call("hermes_run", task="say hi", cwd=str(work_root), target="--all"),
             "gpu": await session.call("claude_run", task="say gpu", cwd=str(work_root), target="gpu", wait_s=0),
         }
 
     replies = over_stdio(mcp_env, steps)
     assert replies["bad"].is_error and "target" in replies["bad"].text, replies["bad"]
     assert replies["not text"].is_error and "target" in replies["not text"].text, replies["not text"]
-    assert replies["hermes bad"].is_error, replies["hermes bad"]
+    assert replies["hermes bad"].is_error and "target" in replies["hermes bad"].text, replies["hermes bad"]
     gpu = replies["gpu"]
     assert not gpu.is_error and gpu.status == "STATUS: queued", gpu
     task = Task.objects.get(public_id=gpu.job_id)
@@ -289,16 +290,54 @@ def test_without_a_supervisor_the_mcp_server_starts_one_that_outlives_it(mcp_env
             pass
 
 
-def test_the_mcp_server_starts_no_supervisor_that_cannot_run_the_agent(mcp_env, work_root, tmp_path):
+def stop_started_supervisors() -> None:
+    """SIGTERM the supervisors this test's MCP servers started, and wait for them."""
+    for pid in Worker.objects.filter(started_by="mcp", stopped_at=None).values_list("pid", flat=True):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(pid).wait(timeout=30)
+
+
+def test_a_job_the_started_supervisor_cannot_run_waits_saying_why_and_the_fix(mcp_env, work_root, tmp_path):
+    """As Claude Desktop may start it: no login anywhere Claude Code would look. The job is queued, as on REST (one
+    rule), and the reply comes as soon as the supervisor it started has said it cannot run Claude."""
     home = tmp_path / "bare-home"
     home.mkdir()
     env = {name: value for name, value in mcp_env.items() if not name.startswith(("ANTHROPIC_", "CLAUDE_"))}
-    env["HOME"] = str(home)  # as Claude Desktop may start it: no login anywhere Claude Code would look
-    refused = call_stdio(env, "claude_run", task="say hi", cwd=str(work_root), wait_s=0)
-    assert refused.is_error, refused
-    assert "will not start one that cannot run claude" in refused.text and "/login" in refused.text, refused
-    assert not Task.objects.exists(), "nothing is queued that no supervisor could run"
-    assert not Worker.objects.exists(), "no supervisor was started"
+    env["HOME"] = str(home)
+
+    try:
+        asked = time.monotonic()
+        waiting = call_stdio(env, "claude_run", task="say hi", cwd=str(work_root), wait_s=55)
+        assert time.monotonic() - asked < 45, "it answered once the supervisor said why, not at the end of wait_s"
+        assert waiting.status == "STATUS: queued", waiting
+        reason = Task.objects.get(public_id=waiting.job_id).wait_reason
+        assert f"WAITING: {reason}" in waiting.text
+        assert reason.startswith(f"no live supervisor that serves {work_root} can run claude: ")
+        assert "which an MCP server started in its client's environment" in reason and "/login" in reason
+        assert "in a terminal where claude works: it takes over from that supervisor" in reason
+        worker = Worker.objects.get(stopped_at__isnull=True)
+        assert (worker.started_by, worker.executors["claude"]["ready"]) == ("mcp", "no")
+    finally:
+        stop_started_supervisors()
+
+
+def test_a_hermes_job_where_hermes_is_not_installed_waits_saying_so(mcp_env, work_root):
+    async def steps(session: Session):
+        return [
+            await session.call("hermes_run", task="say hi", cwd=str(work_root), wait_s=60),
+            await session.call("hermes_health"),
+        ]
+
+    try:
+        waiting, health = over_stdio(mcp_env, steps)
+        assert waiting.status == "STATUS: queued", waiting
+        assert "WAITING: no live supervisor that serves" in waiting.text and "can run hermes" in waiting.text
+        assert "BRIDGE_HERMES_BIN" in waiting.text and "no-such-hermes" in waiting.text
+        assert health.is_error and "HERMES_READY: no" in health.text and "no-such-hermes" in health.text
+    finally:
+        stop_started_supervisors()
 
 
 def test_bad_input_gets_clear_errors(mcp_env, supervisor, work_root, tmp_path):
@@ -330,8 +369,8 @@ def test_bad_input_gets_clear_errors(mcp_env, supervisor, work_root, tmp_path):
 
     replies = over_stdio(mcp_env, steps)
     expected_errors = {
-        "unknown job": "no task 7d0c1f9e",
-        "not a uuid": "no task 'job-1'",
+        "unknown job": "unknown job_id '7d0c1f9e-0000-4000-8000-000000000000': hermes_jobs lists the jobs",
+        "not a uuid": "unknown job_id 'job-1': hermes_jobs lists the jobs",
         "negative wait": "wait_s must be a number of seconds >= 0",
         "missing path": "does not exist",
         "relative path": "must be an absolute path",
@@ -360,6 +399,57 @@ def test_bad_input_gets_clear_errors(mcp_env, supervisor, work_root, tmp_path):
     binary = replies["binary"]
     assert not binary.is_error and "BINARY: yes" in binary.text and "PNG" not in binary.text.split("First bytes")[1]
     assert Task.objects.count() == 1
+
+
+def test_an_unknown_job_id_points_to_hermes_jobs_in_every_tool_that_takes_one(mcp_env, work_root):
+    """In the older bridge's words: the planner lists jobs with hermes_jobs; REST's list is no help over MCP."""
+    long_id = "j" * 80
+    calls = {
+        "hermes_status": {"wait_s": 0},
+        "task_cancel": {},
+        "permissions_pending": {},
+        "permission_decide": {"behavior": "allow"},
+    }
+    ids = {
+        "7d0c1f9e-0000-4000-8000-000000000000": "'7d0c1f9e-0000-4000-8000-000000000000'",
+        "job-1": "'job-1'",
+        long_id: f"'{'j' * 36}… (80 characters)'",
+    }
+
+    async def steps(session: Session) -> dict[tuple[str, str], Reply]:
+        return {
+            (tool, job_id): await session.call(tool, job_id=job_id, **arguments)
+            for tool, arguments in calls.items()
+            for job_id in ids
+        }
+
+    for (tool, job_id), reply in over_stdio(mcp_env, steps).items():
+        assert reply.is_error and reply.text == (
+            "STATUS: error\n"
+            f"ERROR: unknown job_id {ids[job_id]}: hermes_jobs lists the jobs (a job id is the JOB_ID line of a "
+            "hermes_run, hermes_resume, claude_run or claude_resume reply)\n"
+            "CODE: no_such_task"
+        ), (tool, reply)
+        assert "/v1/" not in reply.text
+
+
+def test_a_running_jobs_output_comes_under_the_older_bridges_marker(mcp_env, supervisor, work_root):
+    task = make_task("say working on it\nsleep 30", cwd=str(work_root))
+    wait_for(task, has_event("text", text="working on it"))
+
+    async def steps(session: Session) -> Reply:
+        running = await session.call("hermes_status", job_id=str(task.public_id), wait_s=0)
+        await session.call("task_cancel", job_id=str(task.public_id))
+        return running
+
+    running = over_stdio(mcp_env, steps)
+    assert running.status == "STATUS: running", running
+    assert running.text.splitlines()[-3:] == [
+        f"Still running. This is NOT a failure and NOT a timeout. Collect the result with "
+        f'hermes_status(job_id="{task.public_id}"). Do not re-run the task.',
+        "--- OUTPUT SO FAR (tail) ---",
+        "| working on it",
+    ], running
 
 
 def test_read_roots_widen_reading_and_read_anywhere_lifts_it(mcp_env, supervisor, tmp_path):
@@ -406,19 +496,6 @@ def test_permissions_listed_and_decided_with_updated_input(mcp_env, supervisor, 
     results = [e.data for e in actions.events_since(task) if e.kind == "tool_result"]
     assert "replaced" in str(results[0]) and "no more" in str(results[1])
     assert set(task.permission_requests.values_list("decided_via", flat=True)) == {"mcp"}
-
-
-def test_hermes_missing_is_a_clear_error(mcp_env, work_root):
-    async def steps(session: Session):
-        return [
-            await session.call("hermes_run", task="say hi", cwd=str(work_root)),
-            await session.call("hermes_health"),
-        ]
-
-    for reply in over_stdio(mcp_env, steps):
-        assert reply.is_error and reply.status == "STATUS: error", reply
-        assert "BRIDGE_HERMES_BIN" in reply.text and "no-such-hermes" in reply.text
-    assert Task.objects.count() == 0
 
 
 def fake_hermes_install(root: Path, version: str = "0.19.7") -> Path:
@@ -791,6 +868,139 @@ def test_hermes_resume_continues_sessions_started_elsewhere(mcp_env, supervisor,
     assert flag.is_error and "not starting with '-'" in flag.text
     assert not unchecked.is_error and "SESSION_ID: 20250101_000000_ffffff" in unchecked.text, unchecked
     assert Task.objects.count() == 2
+
+
+def hermes_terminal_store(home: Path, sessions: list[tuple[str, Path | None, float, list[float]]]) -> Path:
+    """Hermes 0.19's store as far as "latest" and the launcher read it: each session's id, the cwd it recorded (only
+    sessions started at a terminal, source "cli", record one), when it started, and when its messages were written."""
+    home.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(home / "state.db")) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(
+            "CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, cwd TEXT, started_at REAL NOT NULL)"
+        )
+        db.execute("CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, timestamp REAL NOT NULL)")
+        for session_id, cwd, started_at, message_times in sessions:
+            source = "cli" if cwd else "tool"
+            db.execute("INSERT INTO sessions VALUES (?, ?, ?, ?)", (session_id, source, cwd and str(cwd), started_at))
+            db.executemany(
+                "INSERT INTO messages (session_id, timestamp) VALUES (?, ?)", [(session_id, t) for t in message_times]
+            )
+        db.commit()
+    return home / "state.db"
+
+
+@pytest.fixture
+def oneshot_hermes(mcp_env, tmp_path, settings, monkeypatch) -> dict[str, str]:
+    """The fake one-shot Hermes for `manage.py mcp` and for the test's supervisor, both with mcp_env's HERMES_HOME
+    (where a model provider is chosen, so both count Hermes as ready)."""
+    settings.BRIDGE_HERMES_BIN = str(fake_hermes_install(tmp_path / "hv"))
+    settings.BRIDGE_HERMES_MODE = "oneshot"
+    settings.BRIDGE_HERMES_HOME = Path(mcp_env["HERMES_HOME"])
+    settings.BRIDGE_HERMES_HOME.mkdir(parents=True, exist_ok=True)
+    (settings.BRIDGE_HERMES_HOME / "config.yaml").write_text("model:\n  provider: custom\n")
+    monkeypatch.setenv("HERMES_HOME", mcp_env["HERMES_HOME"])  # the launcher, in the supervisor's children
+    return {**mcp_env, "BRIDGE_HERMES_BIN": settings.BRIDGE_HERMES_BIN, "BRIDGE_HERMES_MODE": "oneshot"}
+
+
+def test_hermes_latest_where_bridge_ran_none_continues_hermes_own_newest_session_there(
+    oneshot_hermes, supervisor, work_root
+):
+    project, elsewhere = work_root / "project", work_root / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    hermes_terminal_store(
+        Path(oneshot_hermes["HERMES_HOME"]),
+        [
+            ("20260101_090000_aaaaaa", project, 100.0, [110.0, 400.0]),  # started first, talked to last: the newest
+            ("20260101_100000_bbbbbb", project, 200.0, [210.0]),
+            ("20260101_110000_cccccc", elsewhere, 300.0, [500.0]),  # newer, in another cwd
+            ("20260101_120000_dddddd", None, 600.0, [700.0]),  # newest of all, but recorded no cwd (not a terminal's)
+        ],
+    )
+
+    async def steps(session: Session) -> tuple[Reply, Reply]:
+        resumed = await session.call("hermes_resume", session_id="latest", task="cmdline\nsay again", cwd=str(project))
+        return resumed, await session.call("hermes_status", job_id=resumed.job_id, wait_s=60)
+
+    resumed, done = over_stdio(oneshot_hermes, steps)
+    assert (
+        f"NOTE: Bridge has run no hermes session in {project}, so 'latest' is Hermes' own newest session recorded "
+        "there: 20260101_090000_aaaaaa."
+    ) in resumed.text.splitlines(), resumed
+    assert done.status == "STATUS: ok" and SESSION_ID.search(done.text).group(1) == "20260101_090000_aaaaaa", done
+    argv = json.loads(re.search(r"^\| cmdline: (.*)$", done.text, re.M).group(1))
+    assert argv[argv.index("--resume") + 1] == "20260101_090000_aaaaaa"
+    task = Task.objects.get(public_id=resumed.job_id)
+    assert (task.resume_session_id, task.cwd) == ("20260101_090000_aaaaaa", str(project))
+
+
+def test_hermes_latest_prefers_the_session_bridge_ran_in_cwd(oneshot_hermes, supervisor, work_root):
+    hermes_terminal_store(Path(oneshot_hermes["HERMES_HOME"]), [("20260101_090000_aaaaaa", work_root, 1e12, [1e12])])
+
+    async def steps(session: Session) -> tuple[Reply, Reply]:
+        first = await session.call("hermes_run", task="say first", cwd=str(work_root), wait_s=60)
+        again = await session.call("hermes_resume", session_id="latest", task="say again", cwd=str(work_root))
+        return first, await session.call("hermes_status", job_id=again.job_id, wait_s=60)
+
+    first, again = over_stdio(oneshot_hermes, steps)
+    assert first.status == again.status == "STATUS: ok", (first, again)
+    assert SESSION_ID.search(again.text).group(1) == SESSION_ID.search(first.text).group(1) != "20260101_090000_aaaaaa"
+    assert "Hermes' own newest session" not in again.text
+
+
+def test_hermes_latest_with_no_session_in_cwd_anywhere_says_so_and_starts_nothing(
+    oneshot_hermes, supervisor, work_root, tmp_path
+):
+    elsewhere = work_root / "elsewhere"
+    elsewhere.mkdir()
+    store = hermes_terminal_store(Path(oneshot_hermes["HERMES_HOME"]), [("20260101_110000_cccccc", elsewhere, 1, [2])])
+    missing_home = tmp_path / "no-hermes-home"
+
+    async def steps(session: Session) -> Reply:
+        return await session.call("hermes_resume", session_id="latest", task="say x", cwd=str(work_root))
+
+    none_there = over_stdio(oneshot_hermes, steps)
+    no_store = over_stdio({**oneshot_hermes, "HERMES_HOME": str(missing_home)}, steps)
+    tail = "so there is no 'latest' to resume: start one, or pass a session id (`hermes sessions list` "
+    assert none_there.text == (
+        "STATUS: error\n"
+        f"ERROR: Bridge has run no hermes session in {work_root} yet, and Hermes' session store {store} has none "
+        f"recorded there either, {tail}shows Hermes' own)\n"
+        "CODE: no_such_session"
+    ), none_there
+    assert no_store.text == (
+        "STATUS: error\n"
+        f"ERROR: Bridge has run no hermes session in {work_root} yet, and there is no Hermes session store to look in "
+        f"here ({missing_home / 'state.db'} is missing or unreadable), {tail}shows Hermes' own)\n"
+        "CODE: no_such_session"
+    ), no_store
+    assert none_there.is_error and no_store.is_error and not Task.objects.exists()
+
+
+def test_a_hermes_session_recorded_in_another_directory_is_not_resumed_in_this_one(
+    oneshot_hermes, supervisor, work_root, tmp_path
+):
+    """Hermes would move the resumed session back into the directory it recorded, maybe outside the roots: the
+    launcher refuses before Hermes starts (the fake Hermes, like the real one, would otherwise run)."""
+    outside = (tmp_path / "outside").resolve()
+    outside.mkdir()
+    hermes_terminal_store(Path(oneshot_hermes["HERMES_HOME"]), [("20260101_090000_aaaaaa", outside, 1, [2])])
+
+    async def steps(session: Session) -> Reply:
+        resumed = await session.call(
+            "hermes_resume", session_id="20260101_090000_aaaaaa", task="write here.txt x", cwd=str(work_root)
+        )
+        return await session.call("hermes_status", job_id=resumed.job_id, wait_s=60)
+
+    done = over_stdio(oneshot_hermes, steps)
+    assert done.status == "STATUS: error" and "EXIT_CODE: 1" in done.text.splitlines(), done
+    assert (
+        "ERROR: hermes exited with code 1: hermes_launch.py: session 20260101_090000_aaaaaa was started in "
+        f"{outside}, and Hermes continues a session only there, not in this task's cwd {work_root}: resume it with "
+        "that cwd (if it is inside Bridge's allowed roots), or start a new session here"
+    ) in done.text.splitlines(), done
+    assert not (work_root / "here.txt").exists() and not (outside / "here.txt").exists()
 
 
 def test_arguments_a_tool_does_not_take_are_refused_as_rest_refuses_unknown_fields(mcp_env, work_root):

@@ -700,3 +700,166 @@ def test_the_status_line_url_defaults_to_where_bridge_listens(home, environ):
     assert "http://127.0.0.1:8911 (where the running Bridge listens" in output
     command = json.loads(claude_code_settings(home).read_text())["statusLine"]["command"]
     assert command.endswith("--url http://127.0.0.1:8911")
+
+
+# --- the older MCP server Bridge replaces (issue 29) ----------------------------------------------------------------
+
+OLD_ENTRY = {"command": "node", "args": ["/home/me/claude-hermes-bridge/dist/index.js"], "env": {"HERMES_HOME": "/h"}}
+OLD_WARNING = (
+    'warning: {path}: "hermes" (node /home/me/claude-hermes-bridge/dist/index.js) is the older MCP server Bridge '
+    "replaces: it offers the same tools (hermes_run, hermes_status, hermes_resume, hermes_jobs, …), so Claude Desktop "
+    "would show each twice and Claude could call the old one. Run this again with --replace-old to remove it (the file "
+    "is backed up first), or remove it by hand."
+)
+
+
+def config_with_the_older_server(home: Path) -> tuple[Path, str]:
+    config = linux_config(home)
+    original = json.dumps({"mcpServers": {"hermes": OLD_ENTRY, "files": {"command": "npx", "args": ["fs"]}}})
+    config.write_text(original)
+    return config, original
+
+
+def test_the_older_servers_entry_is_pointed_out_and_kept_by_default(home, environ):
+    config, _ = config_with_the_older_server(home)
+
+    output = register(home, environ, "linux")
+
+    assert OLD_WARNING.format(path=config) in output.splitlines(), output
+    servers = json.loads(config.read_text())["mcpServers"]
+    assert servers["hermes"] == OLD_ENTRY and set(servers) == {"hermes", "files", "bridge"}
+
+
+def test_replace_old_removes_the_older_servers_entry_with_the_one_backup(home, environ):
+    config, original = config_with_the_older_server(home)
+
+    output = register(home, environ, "linux", "--replace-old")
+
+    [backup] = backups_of(config)
+    assert backup.read_text() == original
+    assert f"{config}: updated (the old file is in {backup})" in output.splitlines()
+    assert (
+        f'{config}: "hermes" (node /home/me/claude-hermes-bridge/dist/index.js) is the older MCP server Bridge '
+        "replaces: removed it; the backup above keeps it"
+    ) in output.splitlines(), output
+    assert "warning:" not in output.split("To add Bridge to Claude Code")[0]
+    assert set(json.loads(config.read_text())["mcpServers"]) == {"files", "bridge"}
+    assert not list(config.parent.glob(".*.tmp")), "written through a temporary file that was renamed"
+
+
+def test_replace_old_with_print_shows_the_removal_and_writes_nothing(home, environ):
+    config, original = config_with_the_older_server(home)
+
+    output = register(home, environ, "linux", "--replace-old", "--print")
+
+    assert config.read_text() == original and backups_of(config) == []
+    removed = [line for line in output.splitlines() if line.startswith("-") and not line.startswith("---")]
+    added = [line for line in output.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert any("claude-hermes-bridge" in line for line in removed), output
+    assert added and not any("claude-hermes-bridge" in line for line in added), output
+    assert (
+        f'{config}: "hermes" (node /home/me/claude-hermes-bridge/dist/index.js) is the older MCP server Bridge '
+        "replaces: would remove it (--print: nothing written)"
+    ) in output.splitlines(), output
+
+
+# The older server as people registered it: its folder (as cloned, or unpacked from a release or branch zip), its
+# npm package (scoped or not, with a version), its Python module, on POSIX or Windows paths, quoted or not, as
+# separate arguments or one command string.
+OLD_FOLDER = st.sampled_from(
+    ["claude-hermes-bridge", "Claude-Hermes-Bridge", "claude_hermes_bridge", "claude-hermes-bridge-main", "hermes-mcp"]
+    + ["hermes_mcp", "hermes-mcp-1.4.0", "HERMES-MCP"]
+)
+PARENT = st.lists(st.sampled_from(["home", "me", "Users", "src", "tools", "My Tools", "opt"]), max_size=3)
+
+
+@st.composite
+def older_server_entries(draw) -> dict:
+    folder, parent = draw(OLD_FOLDER), draw(PARENT)
+    script = draw(st.sampled_from([["dist", "index.js"], ["index.js"], ["server.py"], ["src", "server.py"], []]))
+    windows = draw(st.booleans())
+    sep, root = ("\\", "C:\\") if windows else ("/", "/")
+    path = root + sep.join([*parent, folder, *script])
+    interpreter = draw(st.sampled_from(["node", "python3", "/usr/bin/node", "C:\\Python312\\python.exe", "uv"]))
+    shapes = [
+        {"command": interpreter, "args": [path]},
+        {"command": "npx", "args": ["-y", folder + draw(st.sampled_from(["", "@latest", "@1.2.3"]))]},
+        {"command": "npx", "args": ["-y", f"@someone/{folder}"]},
+        {"command": "python", "args": ["-m", folder.replace("-", "_") + draw(st.sampled_from(["", ".server"]))]},
+        {"command": "uvx", "args": [folder]},
+        {"command": f'{interpreter} "{path}"'},  # one command string, the path quoted
+        {"command": path},  # the script itself, made executable
+    ]
+    entry = draw(st.sampled_from(shapes))
+    if draw(st.booleans()):
+        entry["env"] = {"HERMES_HOME": "/h", "LOG_LEVEL": "debug"}
+    return entry
+
+
+# Servers that are not the older one, even when named "hermes": Hermes Agent's own MCP server, other tools, and
+# Bridge itself from a checkout whose path holds the older server's names.
+NOT_OLDER_EVEN_AS_HERMES = [
+    {"command": "hermes", "args": ["mcp", "serve"]},
+    {"command": "/home/me/.hermes/hermes-agent/venv/bin/hermes", "args": ["mcp", "serve", "--verbose"]},
+    {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/src"]},
+    {"command": "uvx", "args": ["mcp-server-git", "--repository", "/home/me/src/hermes"]},
+    {"command": sys.executable, "args": ["/home/me/hermes-mcp/manage.py", "mcp"]},
+    {"command": "C:\\bridge\\.venv\\Scripts\\python.exe", "args": ["C:\\claude-hermes-bridge\\manage.py", "mcp"]},
+    {"command": "/srv/claude-hermes-bridge-checkout/.venv/bin/python", "args": ["manage.py", "mcp"]},
+    {"url": "https://example.com/hermes/mcp"},
+    {"command": ["not", "text"]},
+]
+# Under any other name, an index.js or server.py is some other server's.
+OTHER_SERVERS = st.sampled_from(
+    NOT_OLDER_EVEN_AS_HERMES
+    + [{"command": "node", "args": ["/home/me/tools/weather/index.js"]}, {"command": "python3", "args": ["server.py"]}]
+)
+OTHER_NAMES = st.sampled_from(["files", "git", "weather", "notes", "old-bridge", "hermes-agent", "hermes2"])
+
+
+@st.composite
+def desktop_configs(draw) -> tuple[dict, set[str]]:
+    """A Claude Desktop config with the older server under some names (or none) among other servers: (the config,
+    the names of the older server's entries)."""
+    servers, older = {}, set()
+    for name in draw(st.lists(OTHER_NAMES, unique=True, max_size=4)):
+        servers[name] = draw(OTHER_SERVERS)
+    if draw(st.booleans()):
+        name = draw(st.sampled_from(["hermes", "Hermes", "hermes-old", "claude-hermes-bridge", "h"]))
+        servers[name] = draw(older_server_entries())
+        older.add(name)
+    if draw(st.booleans()):  # under its README's name, its entry point alone says what it is
+        entry_point = draw(st.sampled_from(["/home/me/bridge/dist/index.js", "C:\\tools\\old\\server.py"]))
+        servers["hermes"] = {"command": "node" if entry_point.endswith(".js") else "python", "args": [entry_point]}
+        older.add("hermes")
+    if draw(st.booleans()):
+        servers["bridge"] = draw(st.sampled_from([OLD_ENTRY, {"command": "/old/python", "args": ["manage.py", "mcp"]}]))
+    return {"mcpServers": servers, "theme": "dark"}, older
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(config=desktop_configs())
+def test_the_older_server_is_found_under_any_name_and_replace_old_removes_only_it(config):
+    config, older = config
+    path = Path("/nowhere/claude_desktop_config.json")
+    current = json.dumps(config)
+    entry = {"command": sys.executable, "args": [MANAGE_PY, "mcp"], "env": {}}
+
+    assert set(tool_configs.older_servers(path, current)) == older
+    kept = json.loads(tool_configs.merged_claude_desktop_config(path, current, entry))
+    replaced = json.loads(tool_configs.merged_claude_desktop_config(path, current, entry, drop=older))
+
+    others = {name: server for name, server in config["mcpServers"].items() if name not in older | {"bridge"}}
+    assert replaced == {"mcpServers": others | {"bridge": entry}, "theme": "dark"}
+    assert kept["mcpServers"] == {name: s for name, s in config["mcpServers"].items() if name != "bridge"} | {
+        "bridge": entry
+    }
+
+
+@hypothesis_settings(max_examples=100, deadline=None)
+@given(name=OTHER_NAMES, server=OTHER_SERVERS, as_hermes=st.sampled_from(NOT_OLDER_EVEN_AS_HERMES))
+def test_bridges_own_entry_and_other_servers_are_never_the_older_one(name, server, as_hermes):
+    assert not tool_configs.is_older_server(name, server)
+    assert not tool_configs.is_older_server("hermes", as_hermes) and not tool_configs.is_older_server(
+        "Hermes ", as_hermes
+    )

@@ -36,7 +36,7 @@ KEYS += ["CLAUDE_READY", "CLAUDE_PROBLEM", "CLAUDE_NOTE", "HERMES_READY", "HERME
 MARKERS = [
     "--- HERMES OUTPUT ---",
     "--- CLAUDE OUTPUT ---",
-    f"--- OUTPUT SO FAR (last {replies.RUNNING_TAIL_CHARS} characters) ---",
+    "--- OUTPUT SO FAR (tail) ---",
     "--- CONTENT ---",
     "--- ENTRIES ---",
     "--- CATEGORIES ---",
@@ -203,7 +203,7 @@ def test_no_output_of_a_queued_or_running_task_leaves_its_block(status, tail, wa
     notes = [replies.CANCEL_REQUESTED]
     text = replies.unfinished_task(task, notes, ahead=ahead, pending=pending, tail=tail)
     more = ["PENDING_PERMISSIONS"] if pending else []
-    marker = f"--- OUTPUT SO FAR (last {replies.RUNNING_TAIL_CHARS} characters) ---"
+    marker = "--- OUTPUT SO FAR (tail) ---"  # the older MCP bridge's words
     reading = assert_trustworthy(text, task_keys(task, notes, *more), marker, "(no output yet)")
     assert reading.header["STATUS"] == replies.status_word(status)
     assert any("This is NOT a failure and NOT a timeout" in line for line in reading.head)

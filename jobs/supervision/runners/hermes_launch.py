@@ -9,12 +9,19 @@ one-shot runner starts this file, with the interpreter named on the script's fir
 and writes one JSON line `{"query": <task>}` to its stdin. This reads that line, gives Hermes /dev/null as stdin (as
 it had before), adds `--query=<task>` to sys.argv and runs the script as `python <script>` would. It is never
 imported by Bridge and uses only the standard library: it runs inside Hermes' interpreter.
+
+It also keeps a resumed session in the task's cwd: Hermes 0.19 moves a resumed session back into the directory the
+session recorded (`cli.py` `_restore_session_cwd`, with no option to stay; `--no-restore-cwd` skips only an earlier
+move), which may lie outside the roots Bridge confined the task to. Such a resume is refused before Hermes starts.
 """
 
 import json
 import os
 import runpy
+import sqlite3
 import sys
+from contextlib import closing
+from pathlib import Path
 
 USAGE = 'usage: hermes_launch.py HERMES_SCRIPT ARG... (the task as one JSON line {"query": ...} on stdin)'
 
@@ -38,6 +45,32 @@ def stdin_to_devnull() -> None:
     os.close(null)
 
 
+def hermes_home() -> Path:
+    """Where Hermes keeps its store: $HERMES_HOME, else its platform default (hermes_constants.py)."""
+    if os.environ.get("HERMES_HOME"):
+        return Path(os.environ["HERMES_HOME"]).expanduser()
+    if sys.platform == "win32":
+        return Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local") / "hermes"
+    return Path.home() / ".hermes"
+
+
+def recorded_elsewhere(args: list[str]) -> str:
+    """The directory Hermes would move the resumed session (`--resume ID`) into, when it is another one than this
+    process's; "" when it would stay (no resume, no store, no directory recorded, or it is gone, or it is here)."""
+    if "--resume" not in args[:-1]:
+        return ""
+    store = (hermes_home() / "state.db").resolve()
+    try:
+        with closing(sqlite3.connect(f"{store.as_uri()}?mode=ro", uri=True, timeout=5)) as db:
+            row = db.execute("SELECT cwd FROM sessions WHERE id = ?", (args[args.index("--resume") + 1],)).fetchone()
+    except sqlite3.Error:
+        return ""
+    recorded = os.path.expanduser(str(row[0] or "")) if row else ""
+    if not recorded or not os.path.isdir(recorded) or os.path.realpath(recorded) == os.path.realpath(os.getcwd()):
+        return ""
+    return recorded
+
+
 def main() -> None:
     if len(sys.argv) < 3:
         sys.exit(USAGE)
@@ -56,6 +89,13 @@ def main() -> None:
             f"hermes_launch.py: {script} is not a Python script ({exc.__class__.__name__}): one-shot mode runs "
             "Hermes' own `hermes` console script; point BRIDGE_HERMES_BIN at it (not at a wrapper), "
             "or use BRIDGE_HERMES_MODE=acp"
+        )
+    elsewhere = recorded_elsewhere(args)
+    if elsewhere:
+        sys.exit(
+            f"hermes_launch.py: session {args[args.index('--resume') + 1]} was started in {elsewhere}, and Hermes "
+            f"continues a session only there, not in this task's cwd {os.getcwd()}: resume it with that cwd (if it "
+            "is inside Bridge's allowed roots), or start a new session here"
         )
     sys.argv = [script, *args, f"--query={query}"]  # `--query=`: a task starting with "-" is not a flag
     sys.path[0] = os.path.dirname(os.path.realpath(script))  # as `python <script>` sets it (not this file's folder)
