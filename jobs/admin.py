@@ -93,7 +93,7 @@ def cancel_tasks(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Q
 class TaskAdmin(ReadOnlyAdmin):
     list_display = ("public_id", "status", "agent", "short_prompt", "cwd", "created_at", "own_cost", "source")
     list_filter = ("status", "agent", "source", "created_at")
-    search_fields = ("prompt", "cwd", "=public_id")
+    search_fields = ("prompt", "cwd", "=public_id", "=legacy_id")
     date_hierarchy = "created_at"
     actions = [cancel_tasks]
     inlines = [PermissionInline]
@@ -114,7 +114,7 @@ class TaskAdmin(ReadOnlyAdmin):
                 )
             },
         ),
-        ("Origin", {"fields": ("options", "source", "created_by", "session", "resume_session_id")}),
+        ("Origin", {"fields": ("options", "source", "created_by", "legacy_id", "session", "resume_session_id")}),
     )
 
     def get_readonly_fields(self, request: HttpRequest, obj=None) -> list[str]:
