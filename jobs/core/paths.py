@@ -81,28 +81,46 @@ def _identity(path: PurePath) -> tuple[int, int] | None:
 
 
 def resolve_cwd(raw: str | None, roots: list[Path] | None = None, where: str = "") -> Path:
-    """The real directory a task may run in, or raise before anything starts: the one confinement rule, checked when
-    a task is made, when a supervisor claims it (against its own roots, `where` naming its host) and at spawn."""
+    """The real directory a task may run in (BRIDGE_DEFAULT_CWD when none is named), by `resolve_dir`."""
     if raw is None or not str(raw).strip():
-        candidate = Path(settings.BRIDGE_DEFAULT_CWD)
-    else:
-        candidate = expanded("cwd", check_path_text("cwd", raw).strip())
-        if not candidate.is_absolute():
-            raise InvalidInput(f"cwd must be an absolute path, got {raw!r}")
+        return resolve_dir(str(settings.BRIDGE_DEFAULT_CWD), "cwd", roots=roots, where=where)
+    return resolve_dir(raw, "cwd", roots=roots, where=where)
+
+
+def resolve_dir(raw: object, field: str, label: str = "", roots: list[Path] | None = None, where: str = "") -> Path:
+    """The real directory `raw` names, or raise before anything starts: the one confinement rule for every directory
+    a task uses (its cwd, Claude's `add_dirs`), checked when a task is made, when a supervisor claims it (against its
+    own roots, `where` naming its host) and at spawn. An absolute path (~ expanded), every symlink followed, inside
+    `roots` (by default this process's allowed roots), an existing directory; refusals name `label` (default
+    `field`)."""
+    label = label or field
+    text = check_path_text(field, raw).strip()
+    candidate = expanded(field, text)
+    if not candidate.is_absolute():
+        raise InvalidInput(f"{label} must be an absolute path, got {text!r}", field=field)
     roots = allowed_roots() if roots is None else roots
-    resolved = resolved_or_refused("cwd", candidate, where)
+    resolved = resolved_or_refused(field, candidate, where)
     if not is_inside(resolved, roots):
         raise Refused(
-            f"cwd {str(candidate)!r} resolves to {str(resolved)!r}{where}, outside the allowed roots: "
+            f"{label} {str(candidate)!r} resolves to {str(resolved)!r}{where}, outside the allowed roots: "
             + ", ".join(str(r) for r in roots)
             + " (set BRIDGE_ALLOWED_ROOTS to change them)",
+            field=field,
             allowed_roots=[str(r) for r in roots],
         )
     if not resolved.exists():
-        raise InvalidInput(f"cwd {str(resolved)!r} does not exist{where}")
+        raise InvalidInput(f"{label} {str(resolved)!r} does not exist{where}", field=field)
     if not resolved.is_dir():
-        raise InvalidInput(f"cwd {str(resolved)!r} is not a directory{where}")
+        raise InvalidInput(f"{label} {str(resolved)!r} is not a directory{where}", field=field)
     return resolved
+
+
+def confine_task_dirs(cwd: str, add_dirs: list[str], roots: list[Path] | None = None, where: str = "") -> Path:
+    """A task's cwd, resolved, once it and every added directory are confined again (`resolve_dir`): where a
+    supervisor claims the task, and as its agent starts."""
+    for added in add_dirs:
+        resolve_dir(added, "add_dirs", "add_dirs entry", roots, where)
+    return resolve_dir(cwd, "cwd", roots=roots, where=where)
 
 
 def expanded(name: str, text: str) -> Path:

@@ -33,9 +33,19 @@ TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", 
 
 
 class PermissionMode(StrEnum):
+    """Who decides a tool call. Bridge's own words: `approve` (every ask the agent sends goes to the planner),
+    `bypass` (Bridge allows every ask, recorded as policy), `skip` (the CLI's own skip-permissions flag: nothing is
+    asked). Claude Code's words, for Claude tasks only, passed on as `--permission-mode`: `acceptEdits` (Claude
+    accepts file edits and plain file-system commands such as mkdir or touch in the cwd and add_dirs itself, and
+    asks for the rest, which Bridge relays as in approve) and `plan` (Claude reads and plans without changing
+    anything; what it asks to run, such as an edit, Bridge relays as in approve, so the planner can keep the tree
+    untouched by denying it)."""
+
     APPROVE = "approve"
     BYPASS = "bypass"
     SKIP = "skip"
+    ACCEPT_EDITS = "acceptEdits"
+    PLAN = "plan"
 
     @property
     def label(self) -> str:
@@ -43,13 +53,20 @@ class PermissionMode(StrEnum):
             PermissionMode.APPROVE: "ask for every tool",
             PermissionMode.BYPASS: "allow every tool (recorded as policy)",
             PermissionMode.SKIP: "the CLI's own skip-permissions flag",
+            PermissionMode.ACCEPT_EDITS: "Claude accepts file edits; ask for the rest",
+            PermissionMode.PLAN: "Claude plans; ask for anything it would change",
         }[self]
+
+
+# The modes Claude Code itself implements (`claude --permission-mode`); Bridge relays what it still asks, as in approve.
+CLAUDE_PERMISSION_MODES = frozenset({PermissionMode.ACCEPT_EDITS, PermissionMode.PLAN})
 
 
 class Source(StrEnum):
     API = "api"
     MCP = "mcp"
     WEB = "web"
+    IMPORTED = "imported"  # history brought over from an older tool by `manage.py import_legacy`; never run here
 
 
 class PermissionStatus(StrEnum):

@@ -16,16 +16,44 @@ class NewTaskForm(forms.Form):
         help_text="An absolute path inside the allowed roots; empty for the default directory.",
     )
     permission_mode = forms.ChoiceField(
-        choices=[(PermissionMode.APPROVE, "Ask me for every tool"), (PermissionMode.BYPASS, "Allow every tool")],
+        choices=[
+            (PermissionMode.APPROVE, "Ask me for every tool"),
+            (PermissionMode.BYPASS, "Allow every tool"),
+            (PermissionMode.ACCEPT_EDITS, "Claude Code: accept file edits, ask me for the rest"),
+            (PermissionMode.PLAN, "Claude Code: plan only, ask me before any change"),
+        ],
         initial=PermissionMode.APPROVE,
     )
     model = forms.CharField(required=False, help_text="Empty for the agent's default model.")
     max_turns = forms.IntegerField(required=False, min_value=1, max_value=10_000)
     timeout_s = forms.IntegerField(label="Timeout (seconds)", required=False, min_value=1)
+    disallowed_tools = forms.CharField(
+        label="Tools to deny (Claude Code)",
+        required=False,
+        help_text='Comma-separated, e.g. "Bash(git push:*), WebFetch".',
+    )
+    append_system_prompt = forms.CharField(
+        label="Add to the system prompt (Claude Code)",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+    add_dirs = forms.CharField(
+        label="More directories (Claude Code)",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Absolute paths inside the allowed roots, one a line.",
+    )
 
     def options(self) -> dict:
+        """The options as every interface gives them (jobs.actions checks them): lists from the comma-separated or
+        line-separated text, and only what was filled in."""
         data = self.cleaned_data
-        return {k: data[k] for k in ("model", "max_turns") if data.get(k)}
+        given = {k: data[k] for k in ("model", "max_turns", "append_system_prompt") if data.get(k)}
+        lists = {
+            "disallowed_tools": [name.strip() for name in data.get("disallowed_tools", "").split(",")],
+            "add_dirs": [line.strip() for line in data.get("add_dirs", "").splitlines()],
+        }
+        return given | {key: [entry for entry in entries if entry] for key, entries in lists.items() if any(entries)}
 
 
 class FollowUpForm(forms.Form):

@@ -15,6 +15,7 @@ floods, signals) fast and deterministic. The prompt is a small script, one comma
     ignore-sigterm           SIGTERM does nothing from now on
     deaf                     interrupt requests are ignored from now on
     env NAME                 an assistant text block with the value of environment variable NAME (or <unset>)
+    argv                     an assistant text block with its command line after the executable, as a JSON list
     stamp COUNT INTERVAL     COUNT text blocks "stamp <time.time()>", INTERVAL seconds apart (for benchmarks)
     spawn-child              start a grandchild `sleep 300` in the same process group, print its pid
     spawn-escapee            start a grandchild `sleep 300` that leaves the process group (setsid), print its pid
@@ -250,6 +251,8 @@ def run_script(prompt: str) -> None:
                 interruptible_sleep(float(interval))
         elif command == "env":
             assistant_text(os.environ.get(rest, "<unset>"))
+        elif command == "argv":
+            assistant_text(json.dumps(sys.argv[1:]))
         elif command == "spawn-child":
             child = subprocess.Popen(["sleep", "300"])
             assistant_text(f"child {child.pid}")

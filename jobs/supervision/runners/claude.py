@@ -9,7 +9,7 @@ import uuid
 
 from django.conf import settings
 
-from jobs.core.vocabulary import TOKEN_FIELDS, PermissionMode, Status
+from jobs.core.vocabulary import CLAUDE_PERMISSION_MODES, TOKEN_FIELDS, PermissionMode, Status
 from jobs.supervision.runners.base import (
     Decision,
     JsonLinesRunner,
@@ -63,6 +63,10 @@ class ClaudeRunner(JsonLinesRunner):
         self.partial_message_id = ""
 
     def argv(self) -> list[str]:
+        """The CLI's command line. Every mode but `skip` keeps Bridge's relay (`--permission-prompt-tool stdio`):
+        with Claude Code's own `acceptEdits` or `plan` (`--permission-mode`), Claude decides some tool calls itself
+        (acceptEdits: it accepts file edits in the cwd and add_dirs; plan: it runs reads, changes nothing unasked)
+        and asks for the rest, which Bridge relays to the planner as in `approve`."""
         options = self.spec.options
         argv = [
             settings.BRIDGE_CLAUDE_BIN,
@@ -77,17 +81,33 @@ class ClaudeRunner(JsonLinesRunner):
             argv.append("--dangerously-skip-permissions")
         else:
             argv += ["--permission-prompt-tool", "stdio"]
+        if self.spec.permission_mode in CLAUDE_PERMISSION_MODES:  # Claude decides some asks; the rest are relayed
+            argv += ["--permission-mode", str(self.spec.permission_mode)]
         if settings.BRIDGE_CLAUDE_PARTIAL:
             argv.append("--include-partial-messages")
         if options.get("model"):
             argv += ["--model", str(options["model"])]
         if options.get("max_turns"):
             argv += ["--max-turns", str(int(options["max_turns"]))]
-        if options.get("allowed_tools"):
-            argv += ["--allowedTools", ",".join(options["allowed_tools"])]
+        argv += self._tool_and_context_flags(options)
         if self.spec.resume_session_id:
             argv += ["--resume", self.spec.resume_session_id]
         return argv
+
+    @staticmethod
+    def _tool_and_context_flags(options: dict) -> list[str]:
+        """Which tools Claude may use without asking or not at all, and what it gets besides the prompt and cwd. A
+        text or path goes in the same argv string as its flag (`--flag=value`): the CLI's options that take several
+        values would otherwise take the next argument too, and a text may begin with '-'."""
+        flags = []
+        if options.get("allowed_tools"):
+            flags += ["--allowedTools", ",".join(options["allowed_tools"])]
+        if options.get("disallowed_tools"):
+            flags += ["--disallowedTools", ",".join(options["disallowed_tools"])]
+        if options.get("append_system_prompt"):
+            flags.append(f"--append-system-prompt={options['append_system_prompt']}")
+        flags += [f"--add-dir={directory}" for directory in options.get("add_dirs") or ()]
+        return flags
 
     def stdin_lines(self) -> list[bytes]:
         return [user_line(self.spec.prompt)]
