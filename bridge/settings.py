@@ -230,6 +230,9 @@ BRIDGE_MAX_PROMPT_BYTES = env_int("BRIDGE_MAX_PROMPT_BYTES", 256 * 1024, minimum
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(8 * 1024 * 1024, 6 * BRIDGE_MAX_PROMPT_BYTES + 64 * 1024)
 BRIDGE_MAX_LINE_BYTES = env_int("BRIDGE_MAX_LINE_BYTES", 4 * 1024 * 1024, minimum=1024)
 BRIDGE_MAX_OUTPUT_BYTES = env_int("BRIDGE_MAX_OUTPUT_BYTES", 64 * 1024 * 1024, minimum=1024)
+# The agent's stdout a task's raw transcript keeps (GET /v1/task/transcript), newlines included; the lines after it are
+# counted in one note at the end. 0 keeps none.
+BRIDGE_MAX_TRANSCRIPT_BYTES = env_int("BRIDGE_MAX_TRANSCRIPT_BYTES", 64 * 1024 * 1024, minimum=0)
 BRIDGE_STDERR_TAIL_BYTES = env_int("BRIDGE_STDERR_TAIL_BYTES", 64 * 1024, minimum=1024)
 BRIDGE_KILL_GRACE_S = env_int("BRIDGE_KILL_GRACE_S", 5, minimum=0)
 # How agents are started and stopped (jobs/processes): auto = the OS's own backend; portable = psutil only.
@@ -248,6 +251,9 @@ BRIDGE_DRAIN_S = env_int("BRIDGE_DRAIN_S", 30, minimum=0)
 BRIDGE_DB_OUTAGE_S = env_int("BRIDGE_DB_OUTAGE_S", 60, minimum=1)
 # Output one run may hold in memory meanwhile; past it only essential events are kept and the rest are counted.
 BRIDGE_DB_BUFFER_BYTES = env_int("BRIDGE_DB_BUFFER_BYTES", 16 * 1024 * 1024, minimum=64 * 1024)
+# While the disk that holds the database is full, a run holds at most this much of its output (the rest is counted in
+# `truncated` events): what it holds is written once space is freed, and more would fill that space again at once.
+BRIDGE_DB_FULL_BUFFER_BYTES = env_int("BRIDGE_DB_FULL_BUFFER_BYTES", 1024 * 1024, minimum=0)
 BRIDGE_POLL_S = env_float("BRIDGE_POLL_S", 0.5, minimum=0.05)
 # What a supervisor answers to besides its host (`manage.py supervise --name/--label` override these): a task whose
 # target is its name, its host or one of its labels may run on it; one with no target, on any that serves its cwd.
@@ -300,6 +306,8 @@ BRIDGE_DB_POOL_SIZE = env_int("BRIDGE_DB_POOL_SIZE", max(10, BRIDGE_MAX_CONCURRE
 # it is answered 503 database_busy; supervisors keep SQLite's longer busy timeout.
 BRIDGE_DB_POOL_TIMEOUT_S = env_float("BRIDGE_DB_POOL_TIMEOUT_S", 5.0, minimum=0.1)
 BRIDGE_DB_RETRY_AFTER_S = env_int("BRIDGE_DB_RETRY_AFTER_S", 2, minimum=1)  # the Retry-After a busy answer gives
+# The Retry-After of a 503 storage_full (the disk is full): space comes back when a person frees it, not in seconds.
+BRIDGE_STORAGE_RETRY_AFTER_S = env_int("BRIDGE_STORAGE_RETRY_AFTER_S", 30, minimum=1)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and BRIDGE_DB_POOL_SIZE:
     try:
         import psycopg_pool  # noqa: F401

@@ -116,6 +116,11 @@ class Worker(models.Model):
     # What it can serve: the allowed roots on its host, and labels a planner may target (besides its name and host).
     roots = models.JSONField(default=list, blank=True)
     labels = models.JSONField(default=list, blank=True)
+    # Which executors it can run in its own environment ({agent: readiness}), refreshed with its heartbeat.
+    executors = models.JSONField(default=dict, blank=True)
+    # What started it (runbridge, supervise, mcp); when a `runbridge` asked it to hand over (it drains and exits).
+    started_by = models.CharField(max_length=20, blank=True, default="")
+    handover_requested_at = models.DateTimeField(null=True, blank=True)
 
     objects = WorkerQuerySet.as_manager()
 
@@ -191,6 +196,11 @@ class Task(models.Model):
     target = models.CharField(max_length=200, blank=True, default="")
     # Why a queued task is not running yet, when that is not just a busy queue (e.g. no live supervisor serves it).
     wait_reason = models.TextField(blank=True, default="")
+    # The id an imported task had in the older tool it came from (`manage.py import_legacy`, jobs/actions/imports.py),
+    # by which `actions.get_task` finds it too; one task per id (constraint unique_legacy_id). NULL, not "", for
+    # Bridge's own tasks: the constraint's index then holds imported tasks only, and a lookup by id uses it on SQLite
+    # too (a partial index serves `legacy_id = ?` only when its condition is `IS NOT NULL`).
+    legacy_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001  (see above)
 
     objects = TaskQuerySet.as_manager()
 
@@ -210,7 +220,10 @@ class Task(models.Model):
                 fields=["dedupe_key"],
                 condition=models.Q(status__in=["queued", "running"]) & ~models.Q(dedupe_key=""),
                 name="one_active_task_per_dedupe_key",
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["legacy_id"], condition=models.Q(legacy_id__isnull=False), name="unique_legacy_id"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -260,6 +273,32 @@ class TaskEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id}#{self.seq} {self.kind}"
+
+
+class TaskLine(models.Model):
+    """A stretch of a task's raw transcript (what hbridge kept in ~/.hbridge_transcript.jsonl): the lines its agent
+    wrote on stdout, as it wrote them. Each line is an entry numbered gap-free per task from 1; a row holds entries
+    `n` to `last`: a run of whole lines, one cut line, or a note where lines were not kept
+    (jobs/actions/transcripts.py). Append-only."""
+
+    # No index of its own: the (task, last) constraint's index serves every read by task, and each index is one more
+    # write per row recorded.
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="lines", db_index=False)
+    n = models.IntegerField()  # the number of its first entry
+    last = models.IntegerField()  # the number of its last entry
+    # zlib-compressed: for a run, its lines' bytes exactly as the agent wrote them, newlines included (bytes, not
+    # text: an agent may write any); for a cut line, its first BRIDGE_MAX_LINE_BYTES. A note: empty.
+    data = models.BinaryField(default=b"")
+    size = models.BigIntegerField(default=0)  # the bytes of stdout the row stands for, newlines included
+    omitted = models.IntegerField(default=0)  # a note: how many of the agent's lines it stands for; 0: lines
+    note = models.TextField(blank=True, default="")  # why the line was cut, or the lines were not kept
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "last"], name="unique_task_line")]
+        ordering = ["task", "last"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}:{self.n}-{self.last}"
 
 
 class PermissionRequest(models.Model):

@@ -37,7 +37,7 @@ def append_events(task: Task, events: Iterable[tuple[str, dict]]) -> int:
     with transaction.atomic(savepoint=False):  # a refusal rolls back the whole of the caller's write
         last = _take_seqs(task.pk, len(events), closes=_closing_status(events))
         if last is None:
-            raise _ended(task)
+            raise refusal_after_end(task)
         _insert_events(task.pk, last - len(events) + 1, events)
         doorbell.ring(str(task.public_id))
     task.last_seq = last
@@ -87,8 +87,8 @@ def _take_seqs(task_pk: int, count: int, closes: str | None) -> int | None:
     return Task.objects.values_list("last_seq", flat=True).get(pk=task_pk)
 
 
-def _ended(task: Task) -> WriteRefused:
-    """The refusal of a write to a closed task, saying how it ended."""
+def refusal_after_end(task: Task) -> WriteRefused:
+    """The refusal of a write to a closed task (its events, its transcript's lines), saying how it ended."""
     status = Task.objects.filter(pk=task.pk).values_list("status", flat=True).first() or "gone"
     return WriteRefused(
         f"task {task.public_id} has ended ({status}): its terminal status event is its last, so nothing more is "

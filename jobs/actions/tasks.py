@@ -19,9 +19,9 @@ from jobs.actions.runs import release_session, tell_why_queued
 from jobs.actions.workers import served_cwd, wait_reason
 from jobs.agents import hermes_skills
 from jobs.core import doorbell, paths
-from jobs.core.errors import Conflict, ErrorCode, InvalidInput, NotFound, QueueFull
-from jobs.core.inputs import check_int, check_text
-from jobs.core.vocabulary import Agent, PermissionMode, Source, Status
+from jobs.core.errors import Conflict, ErrorCode, InvalidInput, NotFound, QueueFull, Refused
+from jobs.core.inputs import check_int, check_path_text, check_text
+from jobs.core.vocabulary import CLAUDE_PERMISSION_MODES, Agent, PermissionMode, Source, Status
 from jobs.models import AgentSession, Task, Worker
 
 SUPPORTED_AGENTS = tuple(Agent)
@@ -30,15 +30,21 @@ MAX_TURNS = 10_000
 MAX_REASON_CHARS = 2_000
 MAX_ARGV_CHARS = 200  # one value in an agent's argv (docs/architecture.md, "Confinement before execution")
 SHOWN_ID_CHARS = 36  # a UUID as text: a longer id is shown shortened in the answer
+MAX_LEGACY_ID_CHARS = 200  # Task.legacy_id's max_length: the longest old id an imported task keeps
 # Which options each agent takes; every adapter's options are checked here, once.
 AGENT_OPTIONS: dict[str, set[str]] = {  # by Agent, a str: a spec's agent text finds its entry
-    Agent.CLAUDE: {"model", "max_turns", "allowed_tools"},
+    Agent.CLAUDE: {"model", "max_turns", "allowed_tools", "disallowed_tools", "append_system_prompt", "add_dirs"},
     Agent.HERMES: {"model", "max_turns", "skills", "toolsets"},
 }
-LIST_OPTIONS = {"allowed_tools", "skills", "toolsets"}
+LIST_OPTIONS = {"allowed_tools", "disallowed_tools", "skills", "toolsets"}
 # A list option goes into the agent's argv (shown by `ps`, and one argv string is capped at 128 KiB by Linux).
 MAX_LIST_ENTRIES = 100
 MAX_LIST_CHARS = 8_000  # the entries joined with commas, as the agents take them
+# The permission modes a planner may ask for (`skip` comes with skip_permissions instead), as every adapter offers them.
+PERMISSION_MODES = tuple(str(mode) for mode in PermissionMode if mode != PermissionMode.SKIP)
+MAX_ADD_DIRS = 20  # directories besides the cwd a Claude task may reach (`--add-dir`), each one argv string
+# append_system_prompt is one argv string too: at 4 bytes a character at most, well under Linux's 128 KiB.
+MAX_SYSTEM_PROMPT_CHARS = 16_000
 # PostgreSQL advisory lock that admits one task into the queue at a time, on every host ("brdgqueu" in ASCII).
 QUEUE_ADMISSION_LOCK = 0x6272_6467_7175_6575
 # Tries to queue-or-join when the task to join ends between the failed insert and the look-up.
@@ -48,23 +54,45 @@ MACHINES_SEEN_WITHIN = timedelta(days=1)
 
 
 def get_task(task_id: str | uuid.UUID) -> Task:
-    """The task with this public id, or NotFound (also for ids that are not UUIDs at all: a placeholder such as the
-    README's `6f1c…`, or text of any length, shown shortened)."""
+    """The task with this public id, or else the imported task that had this id in the older tool it came from
+    (`Task.legacy_id`), or NotFound (also for ids that are neither: a placeholder such as the README's `6f1c…`, or
+    text of any length, shown shortened)."""
+    text = str(task_id).strip()
     try:
-        public_id = task_id if isinstance(task_id, uuid.UUID) else uuid.UUID(str(task_id).strip())
+        public_id = task_id if isinstance(task_id, uuid.UUID) else uuid.UUID(text)
     except ValueError:
-        shown = str(task_id)
-        shown = shown if len(shown) <= SHOWN_ID_CHARS else f"{shown[:SHOWN_ID_CHARS]}… ({len(shown)} characters)"
-        raise NotFound(
-            f"no task {shown!r}: task ids look like 0b4f8e2c-5d7a-4c1e-9f3b-2a6d8e1c4b70 (the task_id a create "
-            "answered with; GET /v1/tasks lists them)",
-            code=ErrorCode.NO_SUCH_TASK,
-        ) from None
+        public_id = None
     # with its session and supervisor, so that every reader of the task has them without a query
-    found = rows.select(Task, public_id=public_id, related=("session", "worker"))
+    found = rows.select(Task, public_id=public_id, related=("session", "worker")) if public_id else []
+    if not found and could_be_legacy_id(text):
+        found = rows.select(Task, legacy_id=text, related=("session", "worker"))
     if not found:
-        raise NotFound(f"no task {task_id}", code=ErrorCode.NO_SUCH_TASK) from None
+        raise _no_such_task(task_id, public_id)
     return settle_if_orphaned(found[0])  # every read sees a dead supervisor's task as orphaned at once
+
+
+def could_be_legacy_id(text: str) -> bool:
+    """Whether `text` could be an imported task's old id: short enough for the column, and storable (a NUL or a lone
+    surrogate would fail the look-up itself, not just miss)."""
+    if not text or len(text) > MAX_LEGACY_ID_CHARS:
+        return False
+    try:
+        check_text("task id", text)
+    except InvalidInput:
+        return False
+    return True
+
+
+def _no_such_task(task_id: object, public_id: uuid.UUID | None) -> NotFound:
+    if public_id is not None:
+        return NotFound(f"no task {task_id}", code=ErrorCode.NO_SUCH_TASK)
+    shown = str(task_id)
+    shown = shown if len(shown) <= SHOWN_ID_CHARS else f"{shown[:SHOWN_ID_CHARS]}… ({len(shown)} characters)"
+    return NotFound(
+        f"no task {shown!r}: task ids look like 0b4f8e2c-5d7a-4c1e-9f3b-2a6d8e1c4b70 (the task_id a create answered "
+        "with; GET /v1/tasks lists them), or are the id an imported task had in the older tool it came from",
+        code=ErrorCode.NO_SUCH_TASK,
+    )
 
 
 @dataclass
@@ -100,36 +128,96 @@ def argv_value(name: str, value: object) -> str:
 
 def checked_options(agent: str, options: dict[str, Any]) -> dict[str, Any]:
     """The task options an agent takes, validated (None values dropped); anything else is a clear error."""
-    allowed = AGENT_OPTIONS[agent]
     checked: dict[str, Any] = {}
     for key, value in (options or {}).items():
         if value is None:
             continue
-        if key not in allowed:
-            raise InvalidInput(
-                f"{agent} tasks take no {check_text('option', key, MAX_ARGV_CHARS)!r} option; "
-                f"they take: {', '.join(sorted(allowed))}"
-            )
-        if key == "max_turns":
-            checked[key] = check_int("max_turns", value, 1, MAX_TURNS)
-        elif key in LIST_OPTIONS:
-            if not isinstance(value, list):
-                raise InvalidInput(f"{key} must be a list of names", field=key)
-            entries = [argv_value(f"an entry of {key}", item) for item in value[: MAX_LIST_ENTRIES + 1]]
-            size = len(",".join(entries))
-            if len(value) > MAX_LIST_ENTRIES or size > MAX_LIST_CHARS:
-                what = f"{len(value)} entries" if len(value) > MAX_LIST_ENTRIES else f"{size} characters"
-                raise InvalidInput(
-                    f"{key} has {what}, over the limit of {MAX_LIST_ENTRIES} entries and {MAX_LIST_CHARS} characters "
-                    "in all (they go on the agent's command line): name fewer",
-                    option=key,
-                    max_entries=MAX_LIST_ENTRIES,
-                    max_chars=MAX_LIST_CHARS,
-                )
-            checked[key] = entries
-        else:
-            checked[key] = argv_value(key, value)
+        if key not in AGENT_OPTIONS[agent]:
+            raise _not_an_option(agent, key)
+        checked[key] = _checked_option(key, value)
     return checked
+
+
+def _not_an_option(agent: str, key: object) -> InvalidInput:
+    """Naming the agent that does take it, when another one does (Claude Code's options given to a Hermes task)."""
+    name = check_text("option", key, MAX_ARGV_CHARS)
+    owners = [Agent(other) for other, names in AGENT_OPTIONS.items() if other != agent and name in names]
+    whose = "".join(f" (it is {owner.label}'s: give it to a {owner} task)" for owner in owners)
+    return InvalidInput(
+        f"{agent} tasks take no {name!r} option{whose}; they take: {', '.join(sorted(AGENT_OPTIONS[agent]))}",
+        field=name,
+    )
+
+
+def _checked_option(key: str, value: object) -> object:
+    if key == "max_turns":
+        return check_int("max_turns", value, 1, MAX_TURNS)
+    if key in LIST_OPTIONS:
+        return checked_names(key, value)
+    if key == "append_system_prompt":
+        return checked_system_prompt(value)
+    if key == "add_dirs":
+        return checked_add_dirs(value)
+    return argv_value(key, value)
+
+
+def checked_names(key: str, value: object) -> list[str]:
+    """A list option's names (tools, skills, toolsets), each an argv value, bounded in count and in size."""
+    if not isinstance(value, list):
+        raise InvalidInput(f"{key} must be a list of names", field=key)
+    entries = [argv_value(f"an entry of {key}", item) for item in value[: MAX_LIST_ENTRIES + 1]]
+    size = len(",".join(entries))
+    if len(value) > MAX_LIST_ENTRIES or size > MAX_LIST_CHARS:
+        what = f"{len(value)} entries" if len(value) > MAX_LIST_ENTRIES else f"{size} characters"
+        raise InvalidInput(
+            f"{key} has {what}, over the limit of {MAX_LIST_ENTRIES} entries and {MAX_LIST_CHARS} characters "
+            "in all (they go on the agent's command line): name fewer",
+            option=key,
+            max_entries=MAX_LIST_ENTRIES,
+            max_chars=MAX_LIST_CHARS,
+        )
+    return entries
+
+
+def checked_system_prompt(value: object) -> str:
+    """Text Claude Code adds to its system prompt (`--append-system-prompt`): any lines, not blank, bounded."""
+    text = check_text("append_system_prompt", value, MAX_SYSTEM_PROMPT_CHARS)
+    if not text.strip():
+        raise InvalidInput(
+            "append_system_prompt is blank: give the text to add to Claude's system prompt, or leave it out",
+            field="append_system_prompt",
+        )
+    return text
+
+
+def checked_add_dirs(value: object) -> list[str]:
+    """The directories besides the cwd a Claude task may reach (`--add-dir`): at most MAX_ADD_DIRS, each confined
+    as the cwd is (`served_dir`), kept as the real paths that were checked."""
+    if not isinstance(value, list):
+        raise InvalidInput("add_dirs must be a list of absolute paths", field="add_dirs")
+    if len(value) > MAX_ADD_DIRS:
+        raise InvalidInput(
+            f"add_dirs has {len(value)} entries, over the limit of {MAX_ADD_DIRS}: name fewer (a common parent)",
+            field="add_dirs",
+            max_entries=MAX_ADD_DIRS,
+        )
+    return [str(served_dir("add_dirs", raw)) for raw in value]
+
+
+def served_dir(name: str, raw: object) -> Path:
+    """A directory besides the cwd, taken where a cwd would be (`workers.served_cwd`): inside this process's
+    allowed roots with every symlink followed (`paths.resolve_dir`), or else inside the roots a live supervisor declared
+    (its host checks it again before the run). Refused in words that name `name`."""
+    text = check_path_text(name, raw).strip()
+    try:
+        return paths.resolve_dir(text, name, f"{name} entry")
+    except (Refused, InvalidInput) as refusal:
+        if not Path(text).is_absolute():
+            raise
+        try:
+            return served_cwd(text, live_supervisors)
+        except (Refused, InvalidInput):
+            raise refusal from None
 
 
 def task_cwd_and_session(spec: TaskSpec) -> tuple[Path, AgentSession | None]:
@@ -170,12 +258,7 @@ def checked_run_settings(spec: TaskSpec) -> tuple[str, dict[str, Any], int | Non
             field="agent",
             supported=list(SUPPORTED_AGENTS),
         )
-    if spec.permission_mode not in (PermissionMode.APPROVE, PermissionMode.BYPASS):
-        raise InvalidInput(
-            f"permission_mode must be 'approve' or 'bypass', not {str(spec.permission_mode)[:50]!r}",
-            field="permission_mode",
-        )
-    mode = PermissionMode.SKIP if spec.skip_permissions else spec.permission_mode
+    mode = checked_mode(spec)
     options = checked_options(spec.agent, spec.options)
     if spec.resume_session_id:
         argv_value("the session id", spec.resume_session_id)
@@ -184,6 +267,31 @@ def checked_run_settings(spec: TaskSpec) -> tuple[str, dict[str, Any], int | Non
     if timeout_s is not None:
         check_int("timeout_s", timeout_s, 1, MAX_TIMEOUT_S)
     return mode, options, timeout_s
+
+
+def checked_mode(spec: TaskSpec) -> PermissionMode:
+    """The permission mode a task is stored with: the one asked for (Claude Code's own modes for Claude tasks only),
+    or `skip` for skip_permissions, which replaces Bridge's modes and goes with none of Claude Code's."""
+    if spec.permission_mode not in PERMISSION_MODES:
+        raise InvalidInput(
+            f"permission_mode must be one of {', '.join(map(repr, PERMISSION_MODES))}, "
+            f"not {str(spec.permission_mode)[:50]!r}",
+            field="permission_mode",
+        )
+    mode = PermissionMode(spec.permission_mode)
+    if mode in CLAUDE_PERMISSION_MODES and spec.agent != Agent.CLAUDE:
+        raise InvalidInput(
+            f"permission_mode {str(mode)!r} is Claude Code's (give it to a claude task); "
+            f"{spec.agent} tasks take 'approve' or 'bypass'",
+            field="permission_mode",
+        )
+    if mode in CLAUDE_PERMISSION_MODES and spec.skip_permissions:
+        raise InvalidInput(
+            f"skip_permissions lets Claude do anything without asking, which permission_mode {str(mode)!r} does "
+            "not: give one or the other",
+            field="skip_permissions",
+        )
+    return PermissionMode.SKIP if spec.skip_permissions else mode
 
 
 def session_home(session: AgentSession) -> str:
@@ -230,7 +338,7 @@ def create_task(spec: TaskSpec, *, dedupe_key: str = "") -> Task:
     resume_id = (spec.resume_session_id or "").strip()
     target = checked_target(spec, session)
     workers = live_supervisors()
-    waits_because = wait_reason(str(cwd), target, workers)  # "" when a live supervisor serves it
+    waits_because = wait_reason(str(cwd), target, spec.agent, workers)  # "" when a live supervisor can run it
 
     with transaction.atomic():
         lock_queue_admissions()
@@ -312,26 +420,51 @@ def create_or_join_task(spec: TaskSpec) -> tuple[Task, bool]:
     )
 
 
-def known_session_id(agent: str, session_id: str, cwd: str | None) -> str:
+@dataclass(frozen=True)
+class KnownSession:
+    """The session a resume continues; `hermes_own` when 'latest' is Hermes' own newest session in the cwd, one
+    Bridge did not run (the one the older MCP server continued, `hermes chat --continue`)."""
+
+    session_id: str
+    hermes_own: bool = False
+
+
+def known_session_id(agent: str, session_id: str, cwd: str | None) -> KnownSession:
     """The agent session a resume should continue: `latest` is the newest one Bridge ran for that cwd (the
-    default cwd when none is given); any other id must be one Bridge has recorded or, for Hermes, one in Hermes' own
-    session store ($HERMES_HOME/state.db, read without starting Hermes), so typos fail before a run. Where no store
-    can be read here, any well-formed Hermes id is taken and the agent's own error tells if it is wrong."""
+    default cwd when none is given), and for Hermes, where Bridge ran none there, Hermes' own newest session recorded
+    there; any other id must be one Bridge has recorded or, for Hermes, one in Hermes' own session store
+    ($HERMES_HOME/state.db, read without starting Hermes), so typos fail before a run. Where no store can be read
+    here, any well-formed Hermes id is taken and the agent's own error tells if it is wrong."""
     session_id = check_text("session_id", session_id or "", MAX_ARGV_CHARS).strip()
     if session_id == "latest":
-        resolved = str(paths.resolve_cwd(cwd))
-        task = (
-            Task.objects.filter(agent=agent, cwd=resolved, session__isnull=False)
-            .select_related("session")
-            .newest_first()
-            .first()
+        return _latest_session(agent, str(paths.resolve_cwd(cwd)))
+    return KnownSession(_recorded_session_id(agent, session_id))
+
+
+def _latest_session(agent: str, cwd: str) -> KnownSession:
+    task = Task.objects.filter(agent=agent, cwd=cwd, session__isnull=False).select_related("session").newest_first()
+    newest = task.first()
+    if newest is not None:
+        return KnownSession(newest.session.session_id)
+    hermes_says = ""
+    if agent == Agent.HERMES:
+        found = hermes_skills.hermes_newest_session(cwd)
+        if found:
+            return KnownSession(found, hermes_own=True)
+        store = hermes_skills.session_store()
+        hermes_says = (
+            f", and Hermes' session store {store} has none recorded there either"
+            if found is not None
+            else f", and there is no Hermes session store to look in here ({store} is missing or unreadable)"
         )
-        if task is None:
-            raise NotFound(
-                f"Bridge has run no {agent} session in {resolved} yet, so there is no 'latest' to resume",
-                code=ErrorCode.NO_SUCH_SESSION,
-            )
-        return task.session.session_id
+    advice = ": start one, or pass a session id (`hermes sessions list` shows Hermes' own)" if hermes_says else ""
+    raise NotFound(
+        f"Bridge has run no {agent} session in {cwd} yet{hermes_says}, so there is no 'latest' to resume{advice}",
+        code=ErrorCode.NO_SUCH_SESSION,
+    )
+
+
+def _recorded_session_id(agent: str, session_id: str) -> str:
     if AgentSession.objects.filter(agent=agent, session_id=session_id).exists():
         return session_id
     if agent == Agent.HERMES:  # a session started by hand, or by the older MCP server
@@ -342,11 +475,7 @@ def known_session_id(agent: str, session_id: str, cwd: str | None) -> str:
             return session_id
     raise NotFound(
         f"Bridge knows no {agent} session {session_id!r}"
-        + (
-            f", and neither does Hermes' session store {settings.BRIDGE_HERMES_HOME / 'state.db'}"
-            if agent == Agent.HERMES
-            else ""
-        )
+        + (f", and neither does Hermes' session store {hermes_skills.session_store()}" if agent == Agent.HERMES else "")
         + "; use a session id from an earlier reply, or 'latest'",
         code=ErrorCode.NO_SUCH_SESSION,
     )

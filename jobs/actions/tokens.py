@@ -3,8 +3,10 @@ marked as used; and the one rule for what a caller may do (`require_scope`, `che
 `seen_tasks`), which REST, SSE, the websockets, the pages and MCP over HTTP each ask once per request."""
 
 import hashlib
+import logging
 import re
 import secrets
+import time
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import cast
@@ -13,12 +15,13 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from jobs.actions.tasks import TaskSpec, task_cwd_and_session
+from jobs.actions.tasks import TaskSpec, served_dir, task_cwd_and_session
 from jobs.core import paths
 from jobs.core.access import DEFAULT_SCOPE, Caller, Scope
 from jobs.core.errors import Conflict, ErrorCode, InvalidInput, Refused
 from jobs.core.hints import manage_command
 from jobs.core.inputs import check_path_text, check_text
+from jobs.core.resilience import DB_ERRORS, is_storage_full, saw_storage_full
 from jobs.core.terminal import UNSAFE_IN_WORDS, describe, first_unsafe, printable
 from jobs.models import ApiToken, PermissionRequest, Task
 
@@ -28,6 +31,10 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 MAX_NAME_CHARS = cast(int, ApiToken._meta.get_field("name").max_length)  # a CharField's: always set
 MAX_ROOTS = 32  # roots one token may be limited to
 TOKEN_SHAPE = re.compile(r"brg_[A-Za-z0-9_-]{16,64}")
+# After a write of a token's last use failed, this process writes none until then (time.monotonic()).
+_last_use_paused_until = 0.0
+
+log = logging.getLogger(__name__)
 
 
 def could_be_token(text: str) -> bool:
@@ -116,11 +123,31 @@ def revoke_tokens(tokens: QuerySet) -> int:
 
 def mark_token_used(token: ApiToken) -> None:
     """Record when a token was last used, at most once a minute: every request reads a token, and on SQLite a
-    write takes the lock."""
+    write takes the lock. It is bookkeeping, so no request fails for it: a write that fails (the disk full, the lock
+    held) is logged, and this process leaves it alone for the next minute rather than try it on every request."""
+    global _last_use_paused_until
     now = timezone.now()
-    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-        token.last_used_at = now
+    if token.last_used_at is not None and now - token.last_used_at <= LAST_USED_RESOLUTION:
+        return
+    if time.monotonic() < _last_use_paused_until:
+        return
+    try:
+        with transaction.atomic():  # a savepoint inside a caller's transaction, which a failure leaves usable
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    except DB_ERRORS as exc:
+        _last_use_paused_until = time.monotonic() + LAST_USED_RESOLUTION.total_seconds()
+        if is_storage_full(exc):
+            saw_storage_full()
+        log.warning(
+            "token %r: its last use was not recorded (%s: %s); the request goes on, and this process tries again in "
+            "%d s",
+            token.name,
+            exc.__class__.__name__,
+            exc,
+            LAST_USED_RESOLUTION.total_seconds(),
+        )
+        return
+    token.last_used_at = now
 
 
 # --- what a caller may do ------------------------------------------------------------------------------------------
@@ -167,13 +194,18 @@ def check_sees(caller: Caller, task: Task) -> Task:
 
 def check_creates(caller: Caller, spec: TaskSpec) -> None:
     """Whether the caller may queue `spec`: scope `run`, and for a token limited to roots, the cwd the task would run
-    in (as `create_task` resolves it: the default cwd, a resumed session's own) under one of them."""
+    in (as `create_task` resolves it: the default cwd, a resumed session's own) and each directory it adds, under one
+    of them."""
     require_scope(caller, Scope.RUN)
     if not caller.roots:
         return
     cwd = str(task_cwd_and_session(spec)[0])
     if not caller.covers(cwd):
         raise _outside_roots(caller, f"cwd {cwd!r}", cwd)
+    for raw in (spec.options or {}).get("add_dirs") or []:
+        added = str(served_dir("add_dirs", raw))
+        if not caller.covers(added):
+            raise _outside_roots(caller, f"add_dirs entry {added!r}", added)
 
 
 def seen_tasks(caller: Caller, tasks: QuerySet[Task]) -> QuerySet[Task]:

@@ -5,6 +5,7 @@ Each carries a message for people (what, why, what to do), an HTTP status for RE
 codes: every refusal names one, the OpenAPI schema lists them, and the README's table is this list.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -18,10 +19,8 @@ class ErrorCode(StrEnum):
     INVALID_JSON = "invalid_json"
     CONFLICTING_TIMEOUTS = "conflicting_timeouts"
     UNREADABLE = "unreadable"
-    HERMES_NOT_INSTALLED = "hermes_not_installed"
     UNAUTHENTICATED = "unauthenticated"
     REFUSED = "refused"
-    EXECUTOR_NOT_READY = "executor_not_ready"
     READ_ONLY = "read_only"
     SCOPE_MISSING = "scope_missing"
     OUTSIDE_TOKEN_ROOTS = "outside_token_roots"
@@ -48,6 +47,7 @@ class ErrorCode(StrEnum):
     HEADERS_TOO_LARGE = "headers_too_large"
     INTERNAL_ERROR = "internal_error"
     DATABASE_BUSY = "database_busy"
+    STORAGE_FULL = "storage_full"
     DATABASE_UNAVAILABLE = "database_unavailable"
 
 
@@ -64,12 +64,10 @@ MEANINGS: dict[ErrorCode, Meaning] = {
     ErrorCode.INVALID_JSON: Meaning(400, "the body is not valid JSON"),
     ErrorCode.CONFLICTING_TIMEOUTS: Meaning(400, "`timeout_s` and hbridge's `taskTimeoutMs` both given, and different"),
     ErrorCode.UNREADABLE: Meaning(400, "`hermes_read` could not read the path (the OS's reason is given)"),
-    ErrorCode.HERMES_NOT_INSTALLED: Meaning(400, "a Hermes tool was called and no Hermes is installed"),
     ErrorCode.UNAUTHENTICATED: Meaning(
         401, "no token, a malformed header, an unknown or a revoked token (`reason` says which)"
     ),
     ErrorCode.REFUSED: Meaning(403, "a cwd or path outside the allowed roots (the roots are named)"),
-    ErrorCode.EXECUTOR_NOT_READY: Meaning(403, "the supervisor that MCP would start cannot run this agent"),
     ErrorCode.READ_ONLY: Meaning(403, "a message sent on a websocket that only reads"),
     ErrorCode.SCOPE_MISSING: Meaning(
         403, "the token's scope does not allow this (the message names the scope needed and how to make such a token)"
@@ -106,6 +104,9 @@ MEANINGS: dict[ErrorCode, Meaning] = {
     ErrorCode.HEADERS_TOO_LARGE: Meaning(431, "a request header over 64 KiB"),
     ErrorCode.INTERNAL_ERROR: Meaning(500, "a bug: Bridge failed, and logged the traceback"),
     ErrorCode.DATABASE_BUSY: Meaning(503, "the database could not take the request in time; retry after `Retry-After`"),
+    ErrorCode.STORAGE_FULL: Meaning(
+        503, "the disk that holds Bridge's database or data is full: nothing was stored; retry after `Retry-After`"
+    ),
     ErrorCode.DATABASE_UNAVAILABLE: Meaning(
         503, "the database cannot be used or is not migrated; the message names the setting, the path and the fix"
     ),
@@ -194,6 +195,33 @@ class DatabaseBusy(BridgeError):
         self.retry_after_s = retry_after_s
 
 
+class StorageFull(BridgeError):
+    """Nothing could be stored: the disk that holds the database (or Bridge's data directory) is full. Nothing was
+    done; the same request may be sent again once space is freed, after `retry_after_s` at the earliest (HTTP
+    adapters also send it as Retry-After)."""
+
+    code = ErrorCode.STORAGE_FULL
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(
+            "the disk that holds Bridge's database is full, so nothing could be stored and nothing was done: free "
+            f"space on it (BRIDGE_DATA_DIR, or the database server's volume), then send the same request again (in "
+            f"{retry_after_s} s at the earliest)",
+            retry_after_s=retry_after_s,
+        )
+        self.retry_after_s = retry_after_s
+
+
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and what it wraps (its cause, else its context), each once: Django wraps the driver's error."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
 # How the drivers say "busy", by class name (psycopg_pool's PoolTimeout and TooManyRequests; Django wraps them in its
 # OperationalError) and by message (PostgreSQL out of connection slots, SQLite's lock); SQLSTATE 53300 is PostgreSQL's
 # too_many_connections. Read by name so this module stays free of driver imports.
@@ -216,10 +244,7 @@ def is_database_busy(exc: BaseException) -> bool:
     """Whether `exc` (or what it wraps) says the database had no connection or lock to give in time, or ended the
     connection under the request, as opposed to any other database failure (a missing table, a refused connection),
     which stays an internal error."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in causes(exc):
         names = {cls.__name__ for cls in type(current).__mro__}
         message = str(current).lower()
         if (
@@ -228,5 +253,4 @@ def is_database_busy(exc: BaseException) -> bool:
             or any(marker in message for marker in _BUSY_MESSAGES)
         ):
             return True
-        current = current.__cause__ or current.__context__
     return False

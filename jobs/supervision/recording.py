@@ -1,8 +1,9 @@
 """What a run writes to the database, and how it reads its child's output.
 
 `Recorder` keeps a TaskRun's writes in the agent's order and survives database outages (held in memory, bounded,
-written when the database answers again, never twice); `LineReader` and `TailReader` read the child's stdout as lines
-and keep the tail of its stderr. The supervisor (jobs/supervision/supervisor.py) drives them.
+less while the disk is full, written when the database answers again, never twice): its events, and the raw lines of
+its stdout for the task's transcript (jobs/actions/transcripts.py). `LineReader` and `TailReader` read the child's
+stdout as lines and keep the tail of its stderr. The supervisor (jobs/supervision/supervisor.py) drives them.
 """
 
 import json
@@ -10,14 +11,16 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 
 from jobs import actions
 from jobs.actions.runs import under_claim
-from jobs.core.resilience import Outage, drop_connection, is_transient
+from jobs.actions.transcripts import CutLine, Entry, Omitted
+from jobs.core.resilience import Outage, drop_connection, is_storage_full, is_transient
 from jobs.core.vocabulary import PermissionStatus
 from jobs.models import PermissionRequest, Task, TaskEvent
 from jobs.supervision.runners.base import PermissionAsk
@@ -25,7 +28,7 @@ from jobs.supervision.runners.base import PermissionAsk
 ESSENTIAL_KINDS = frozenset({"init", "result"})
 # Besides the essential ones, what a run keeps past BRIDGE_DB_BUFFER_BYTES while the database is away: its own notes.
 KEPT_WHILE_AWAY = ESSENTIAL_KINDS | {"stopping", "signal", "truncated"}
-HELD_EVENTS_MAX = 20_000  # events one run holds in memory while the database is away, however small they are
+HELD_EVENTS_MAX = 20_000  # events, and lines, one run holds in memory while the database is away, however small
 NOTE_BYTES = 256  # what an event Bridge makes itself counts against BRIDGE_DB_BUFFER_BYTES
 LINE_HEAD_BYTES = 2000
 # A pipe read asks for up to READ_CHUNK_BYTES while the agent writes faster than Bridge reads (one hand-off per
@@ -37,10 +40,12 @@ QUIET_READ_BYTES = 4 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Oversized:
-    """A line over the cap, counted as it passed, never held whole: its first LINE_HEAD_BYTES and its size."""
+    """A line over the cap, counted as it passed, never held whole: its first LINE_HEAD_BYTES (for its event), its
+    size, and its first cap's worth of bytes (`kept`, for the transcript)."""
 
     head: bytes
     size: int
+    kept: bytes = field(default=b"", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +71,7 @@ class LineReader(threading.Thread):
         super().__init__(daemon=True, name="stdout-reader")
         self.stream, self.inbox, self.max_bytes = stream, inbox, max_bytes
         self.line = bytearray()  # the line read so far, while it is within the cap
-        self.over: tuple[bytes, int] | None = None  # (head, bytes so far) of a line past the cap
+        self.over: tuple[bytes, bytes, int] | None = None  # (head, kept, bytes so far) of a line past the cap
 
     def run(self) -> None:
         size = QUIET_READ_BYTES
@@ -86,20 +91,22 @@ class LineReader(threading.Thread):
             self.inbox.put(OUTPUT_ENDED)
 
     def _extend(self, piece: bytes) -> None:
-        if self.over is not None:
-            head, size = self.over
-            self.over = (head + piece[: max(0, LINE_HEAD_BYTES - len(head))], size + len(piece))
+        if self.over is not None:  # `kept` is whole already: the line passed the cap
+            head, kept, size = self.over
+            if len(head) < LINE_HEAD_BYTES:
+                head += piece[: LINE_HEAD_BYTES - len(head)]
+            self.over = (head, kept, size + len(piece))
             return
         self.line += piece
         if len(self.line) > self.max_bytes:
-            self.over = (bytes(self.line[:LINE_HEAD_BYTES]), len(self.line))
+            self.over = (bytes(self.line[:LINE_HEAD_BYTES]), bytes(self.line[: self.max_bytes]), len(self.line))
             self.line.clear()
 
     def _ended(self, piece: bytes) -> bytes | Oversized:
         """The line that `piece` and a newline end."""
         if self.over is None and not self.line:  # the common case: a whole line inside one chunk
             if len(piece) > self.max_bytes:
-                return Oversized(piece[:LINE_HEAD_BYTES], len(piece) + 1)
+                return Oversized(piece[:LINE_HEAD_BYTES], len(piece) + 1, piece[: self.max_bytes])
             return piece + b"\n"
         self._extend(piece)
         if self.over is not None:
@@ -111,8 +118,8 @@ class LineReader(threading.Thread):
     def _last(self, newline: int = 0) -> bytes | Oversized:
         """The line read so far, ended (by a newline, or by the end of the output)."""
         if self.over is not None:
-            (head, size), self.over = self.over, None
-            return Oversized(head, size + newline)
+            (head, kept, size), self.over = self.over, None
+            return Oversized(head, size + newline, kept)
         line = bytes(self.line)
         self.line.clear()
         return line
@@ -151,6 +158,69 @@ class Write:
     payload: Any
     tried: bool = False  # a try failed: it may have been committed all the same, so look before writing it again
     after: int = 0  # the last seq this run had seen written when it was first tried: it would lie after that
+    sizes: list[int] = field(default_factory=list)  # events: the bytes of output behind each (a line's, on its first)
+    # events: the agent's lines of the same output, for the transcript, written in the same transaction as the events
+    lines: list[Entry] = field(default_factory=list)
+    first_line: int = 0  # the number its first line takes, fixed when it is first tried
+
+
+def cut_line(line: Oversized) -> CutLine:
+    """A line over the cap as the transcript keeps it: its first BRIDGE_MAX_LINE_BYTES, saying why."""
+    limit = settings.BRIDGE_MAX_LINE_BYTES
+    note = f"a line of {line.size} bytes is over BRIDGE_MAX_LINE_BYTES ({limit}): only its first {limit} are kept"
+    return CutLine(line.kept, line.size, note)
+
+
+def held_size(entry: Entry) -> int:
+    """The bytes of output a transcript entry holds in memory."""
+    if isinstance(entry, bytes):
+        return len(entry)
+    return len(entry.text) if isinstance(entry, CutLine) else 0
+
+
+def written_size(entry: Entry) -> int:
+    """The bytes of stdout a transcript entry stands for."""
+    return len(entry) if isinstance(entry, bytes) else entry.size
+
+
+@dataclass
+class Shedding:
+    """What `Recorder.shed` keeps of the held output, oldest first, within `limit` bytes: once anything is dropped,
+    everything after it is too, but for what is always kept (KEPT_WHILE_AWAY events, `Omitted` notes)."""
+
+    limit: int
+    kept_bytes: int = 0
+    dropped_events: int = 0
+    dropped_event_bytes: int = 0
+    dropped_lines: int = 0
+    dropped_line_bytes: int = 0
+
+    def keeps(self, size: int, always: bool = False) -> bool:
+        """Whether the next event or line, of `size` bytes, is kept (and then counted)."""
+        if not always and (self.dropped_events or self.dropped_lines or self.kept_bytes + size > self.limit):
+            return False
+        self.kept_bytes += size
+        return True
+
+    def events(self, write: Write) -> None:
+        held = list(zip(write.payload, write.sizes, strict=True))
+        write.payload, write.sizes = [], []
+        for event, size in held:
+            if self.keeps(size, always=event[0] in KEPT_WHILE_AWAY):
+                write.payload.append(event)
+                write.sizes.append(size)
+            else:
+                self.dropped_events += 1
+                self.dropped_event_bytes += size
+
+    def lines(self, write: Write) -> None:
+        held, write.lines = write.lines, []
+        for line in held:
+            if isinstance(line, Omitted) or self.keeps(held_size(line)):
+                write.lines.append(line)
+            else:
+                self.dropped_lines += 1
+                self.dropped_line_bytes += written_size(line)
 
 
 class Recorder:
@@ -163,6 +233,16 @@ class Recorder:
     away or slow); past either only KEPT_WHILE_AWAY kinds are kept, and a `truncated` event counts the rest. It
     grows until a try to write it fails; that try may have committed it as it was, so what is dropped after it is
     counted by a new one: together they count every event dropped.
+
+    While the disk that holds the database is full, the bound is BRIDGE_DB_FULL_BUFFER_BYTES, and what was held
+    past it is dropped the same way (`shed`): what is held is written once space is freed, and a backlog as large
+    as the normal bound would fill that space again at once. A write that failed for a full disk was not committed,
+    so it may be cut down too; and each try of the end that finds the disk still full halves the bound (`narrow`),
+    so the end needs less and less room and is recorded once anything can be written.
+
+    The raw lines of the agent's stdout (`add_line`) ride in the batches of events, held and dropped by the same
+    bounds (each line's bytes count besides its events'), an `Omitted` note counting what is dropped; the lines past
+    BRIDGE_MAX_TRANSCRIPT_BYTES are counted in one note at the end (`end_transcript`).
     """
 
     def __init__(self, task: Task, on_recorded: Callable[[PermissionRequest], None], claim: int | None = None) -> None:
@@ -177,26 +257,112 @@ class Recorder:
         self.held_events = 0
         self.note: tuple[Write, dict[str, Any]] | None = None  # the `truncated` event counting what is being dropped
         self.dropped = 0  # events dropped over the whole run
+        self.held_lines = 0
+        self.line_note: tuple[Write, Omitted] | None = None  # the note counting the lines being dropped
+        self.last_line: int | None = None  # the task's last transcript row written (read at the first write of lines)
+        self.transcript_bytes = 0  # of stdout, kept in the transcript
+        self.past_transcript = Omitted()  # the lines past BRIDGE_MAX_TRANSCRIPT_BYTES
+        self.narrowed = 0  # how often the bound while the disk is full was halved (`narrow`)
         self.delivered: set[int] = set()  # permission answers written to the agent: never twice
 
     def add(self, kind: str, payload: Any) -> None:
         self.writes.append(Write(kind, payload))
 
+    def held_limit(self) -> int:
+        """The bytes of output this run may hold now: BRIDGE_DB_BUFFER_BYTES, or less while the disk is full."""
+        if not self.outage.full:
+            return settings.BRIDGE_DB_BUFFER_BYTES
+        return min(settings.BRIDGE_DB_FULL_BUFFER_BYTES, settings.BRIDGE_DB_BUFFER_BYTES) >> self.narrowed
+
     def add_events(self, events: list[tuple[str, dict]], size: int = NOTE_BYTES) -> None:
         """Queue events (`size`: the bytes of output they came from)."""
         if not events:
             return
-        over = (
-            self.held_bytes + size > settings.BRIDGE_DB_BUFFER_BYTES or self.held_events + len(events) > HELD_EVENTS_MAX
-        )
-        if over or self.note is not None:  # a memory bound, whatever the database does; once dropping, no holes
+        over = self.held_bytes + size > self.held_limit() or self.held_events + len(events) > HELD_EVENTS_MAX
+        if over or self.dropping:  # a memory bound, whatever the database does; once dropping, no holes
             kept = [event for event in events if event[0] in KEPT_WHILE_AWAY]
             self._count_dropped(len(events) - len(kept), size)
-            events = kept
-        else:
-            self.held_bytes += size
+            events, size = kept, 0
+        self.held_bytes += size
         self.held_events += len(events)
-        self._open_batch().payload.extend(events)
+        batch = self._open_batch()
+        batch.payload.extend(events)
+        batch.sizes.extend([size] + [0] * (len(events) - 1) if events else [])
+
+    @property
+    def dropping(self) -> bool:
+        """Output past the bound is being dropped (events or lines): so is all after it, until the rest is written."""
+        return self.note is not None or self.line_note is not None
+
+    def add_lines(self, lines: list[bytes | Oversized]) -> None:
+        """Queue the lines of one read of the agent's stdout for the task's transcript, before the events they become:
+        at once while all are whole and within every bound (the common case: one look for the read, not one a line),
+        else one by one (`add_line`)."""
+        whole = [line for line in lines if isinstance(line, bytes)]
+        size = sum(map(len, whole))
+        if len(whole) < len(lines) or not self._fit(len(lines), size):
+            for line in lines:
+                self.add_line(line)
+            return
+        self.transcript_bytes += size
+        self.held_bytes += size
+        self.held_lines += len(lines)
+        self._open_batch().lines.extend(whole)
+
+    def _fit(self, count: int, size: int) -> bool:
+        """Whether `count` lines of `size` bytes are all kept: nothing is being dropped, and they are within the
+        transcript's bound and what a run may hold."""
+        return (
+            not self.dropping
+            and not self.past_transcript.lines
+            and self.transcript_bytes + size <= settings.BRIDGE_MAX_TRANSCRIPT_BYTES
+            and self.held_bytes + size <= self.held_limit()
+            and self.held_lines + count <= HELD_EVENTS_MAX
+        )
+
+    def add_line(self, line: bytes | Oversized) -> None:
+        """Queue one line of the agent's stdout for the task's transcript, before the events it becomes: whole, or
+        cut at BRIDGE_MAX_LINE_BYTES (saying so). While output is being dropped it is counted in an `Omitted` note in
+        its place; past BRIDGE_MAX_TRANSCRIPT_BYTES, in the one `end_transcript` adds."""
+        if isinstance(line, Oversized):
+            entry: Entry = cut_line(line)
+            kept, written = len(line.kept), line.size
+        else:
+            entry, kept = line, len(line)
+            written = kept
+        if self.past_transcript.lines or self.transcript_bytes + kept > settings.BRIDGE_MAX_TRANSCRIPT_BYTES:
+            self.past_transcript.lines += 1
+            self.past_transcript.size += written
+            return
+        if self.dropping or self.held_bytes + kept > self.held_limit() or self.held_lines >= HELD_EVENTS_MAX:
+            self._count_dropped_lines(1, written)
+            return
+        self.transcript_bytes += kept
+        self.held_bytes += kept
+        self.held_lines += 1
+        self._open_batch().lines.append(entry)
+
+    def end_transcript(self) -> None:
+        """The agent's output is all read: the lines past BRIDGE_MAX_TRANSCRIPT_BYTES, if any, are noted last."""
+        past = self.past_transcript
+        if past.lines and not past.note:
+            past.note = (
+                f"{past.lines} lines ({past.size} bytes) came after the {self.transcript_bytes} bytes of stdout a "
+                f"transcript keeps (BRIDGE_MAX_TRANSCRIPT_BYTES={settings.BRIDGE_MAX_TRANSCRIPT_BYTES}) and were not "
+                "kept"
+            )
+            self._open_batch().lines.append(past)
+
+    def _count_dropped_lines(self, count: int, size: int) -> None:
+        """Count dropped lines in the open note: one in the last batch, unless the one open is still untried."""
+        if self.line_note is None or self.line_note[0].tried:
+            note, batch = Omitted(), self._open_batch()
+            batch.lines.append(note)
+            self.line_note = (batch, note)
+        note = self.line_note[1]
+        note.lines += count
+        note.size += size
+        note.note = self._why_dropped(f"{note.lines} lines ({note.size} bytes)")
 
     def _open_batch(self) -> Write:
         """The last queued write if it is a batch of events never tried (a tried one must stay as it was)."""
@@ -204,28 +370,68 @@ class Recorder:
             self.add("events", [])
         return self.writes[-1]
 
-    def _count_dropped(self, count: int, size: int) -> None:
+    def _note(self) -> dict[str, Any]:
+        """The open `truncated` event's data; a new one at the end of the queue if none is open (or it was tried)."""
         if self.note is None or self.note[0].tried:
             data: dict[str, Any] = {"reason": "", "events": 0, "bytes": 0}
             batch = self._open_batch()
             batch.payload.append(("truncated", data))
+            batch.sizes.append(0)
             self.note = (batch, data)
-        data = self.note[1]
+        return self.note[1]
+
+    def _count_dropped(self, count: int, size: int) -> None:
+        data = self._note()
         data["events"] += count
         data["bytes"] += size
-        data["reason"] = (
-            f"the database was unreachable: {data['events']} events ({data['bytes']} bytes of output) came after "
-            f"BRIDGE_DB_BUFFER_BYTES ({settings.BRIDGE_DB_BUFFER_BYTES}) was held in memory and were not kept"
-        )
+        data["reason"] = self._why_dropped(f"{data['events']} events ({data['bytes']} bytes of output)")
         self.dropped += count
+
+    def _why_dropped(self, what: str) -> str:
+        if self.outage.full:
+            return (
+                f"the disk that holds the database is full: {what} came after the {self.held_limit()} bytes a run "
+                "holds while it is (BRIDGE_DB_FULL_BUFFER_BYTES) and were not kept"
+            )
+        return (
+            f"the database was unreachable: {what} came after BRIDGE_DB_BUFFER_BYTES "
+            f"({settings.BRIDGE_DB_BUFFER_BYTES}) was held in memory and were not kept"
+        )
+
+    def narrow(self) -> None:
+        """The end could not be written for a full disk: hold half as much output, so the next try needs less room."""
+        self.narrowed += 1
+        self.shed()
+
+    def shed(self) -> None:
+        """Drop the output held past `held_limit` (the oldest is kept, and nothing after the first dropped;
+        KEPT_WHILE_AWAY kinds and `Omitted` notes always are), counted by a `truncated` note and an `Omitted` one
+        after what is kept. Writes a try may have committed stay as they are."""
+        cut = Shedding(self.held_limit())
+        for write in self.writes:
+            if write.kind != "events":
+                continue
+            if write.tried:
+                cut.kept_bytes += sum(write.sizes) + sum(map(held_size, write.lines))
+                continue
+            cut.events(write)
+            cut.lines(write)
+        batches = [write for write in self.writes if write.kind == "events"]
+        self.held_bytes = cut.kept_bytes
+        self.held_events = sum(len(write.payload) for write in batches)
+        self.held_lines = sum(not isinstance(line, Omitted) for write in batches for line in write.lines)
+        if cut.dropped_events:
+            self._count_dropped(cut.dropped_events, cut.dropped_event_bytes)
+        if cut.dropped_lines:
+            self._count_dropped_lines(cut.dropped_lines, cut.dropped_line_bytes)
 
     def clear(self) -> tuple[int, int]:
         """Nothing more is to be written (the task was ended elsewhere): the writes owed are dropped. Returns how many,
         and how many events they held."""
         dropped = (len(self.writes), sum(len(w.payload) for w in self.writes if w.kind == "events"))
         self.writes.clear()
-        self.held_bytes = self.held_events = 0
-        self.note = None
+        self.held_bytes = self.held_events = self.held_lines = 0
+        self.note = self.line_note = None
         return dropped
 
     def attempt(self, call: Callable[[], object]) -> bool:
@@ -241,6 +447,8 @@ class Recorder:
                 raise
             self.outage.failed(exc, started)
             drop_connection()
+            if self.outage.full:
+                self.shed()
             return False
         if not self.writes:
             self.outage.recovered()
@@ -256,14 +464,25 @@ class Recorder:
             write = self.writes[0]
             if not write.tried:
                 write.after = self.task.last_seq
+                write.first_line = self._next_line() if write.lines else 0
             try:
                 self._write(write)
-            except Exception:
-                write.tried = True
+            except Exception as exc:
+                # one the disk had no room for was not committed: unless an earlier try may have been, it may change
+                write.tried = write.tried or not is_storage_full(exc)
                 raise
             self.writes.popleft()
-        self.held_bytes = self.held_events = 0
-        self.note = None
+            if write.lines:
+                self.last_line = write.first_line + len(write.lines) - 1
+        self.held_bytes = self.held_events = self.held_lines = 0
+        self.note = self.line_note = None
+
+    def _next_line(self) -> int:
+        """The number the next transcript row takes: after the task's last, read once (a run claimed again after
+        another's lines goes on from them) and counted here after that, since only this run writes them."""
+        if self.last_line is None:
+            self.last_line = actions.last_line(self.task)
+        return self.last_line + 1
 
     def _write(self, write: Write) -> None:
         """One write, under the run's claim when it has one (`under_claim`: refused, nothing written, once the task is
@@ -277,8 +496,8 @@ class Recorder:
     def _write_now(self, write: Write) -> None:
         task = self.task
         if write.kind == "events":
-            if not (write.tried and self._events_recorded(write.payload, write.after)):
-                actions.append_events(task, write.payload)
+            if not (write.tried and self._output_recorded(write)):
+                self._append_output(write)
         elif write.kind == "spawned":
             pid, create_time, argv = write.payload
             if not (write.tried and self._spawn_recorded(pid, write.after)):
@@ -293,6 +512,15 @@ class Recorder:
             actions.cancel_permission(task, write.payload, "the agent withdrew the request")  # only if pending
         elif write.kind == "delivered":
             actions.mark_delivered(write.payload)
+
+    def _append_output(self, write: Write) -> None:
+        """A batch's events and the lines they came from: both, or neither."""
+        if not write.lines:
+            actions.append_events(self.task, write.payload)
+            return
+        with transaction.atomic(savepoint=False):
+            actions.append_events(self.task, write.payload)
+            actions.append_lines(self.task, write.first_line, write.lines)
 
     def _record_ask(self, ask: PermissionAsk, tried: bool) -> None:
         perm = None
@@ -313,6 +541,16 @@ class Recorder:
             self.on_recorded(perm)
 
     # --- was a failed write committed all the same? -----------------------------------------------------------
+    def _output_recorded(self, write: Write) -> bool:
+        """Its lines are numbered: the first one is there or not (with the events written with it). A batch without
+        lines is looked for among the events."""
+        if not write.lines:
+            return self._events_recorded(write.payload, write.after)
+        if not actions.line_recorded(self.task, write.first_line):
+            return False
+        self._resync()
+        return True
+
     # Only this run appends its own events, one write at a time, so the write in doubt lies after `after`, the last
     # seq the run had seen written before it first tried (others' events, decisions and cancels, may lie around it).
     def _events_recorded(self, events: list[tuple[str, dict]], after: int) -> bool:

@@ -7,6 +7,7 @@ reaches whatever the agent started too.
 """
 
 import logging
+import math
 import queue
 import subprocess
 import threading
@@ -41,6 +42,8 @@ from jobs.supervision.runners.base import Decision, Runner, RunSpec, Step
 log = logging.getLogger(__name__)
 
 STOP_RECORD_S = 10.0  # how long a stopping supervisor tries to record that it stopped
+STOP_JOIN_S = 10.0  # after the drain, how long stopped runs have (beyond their agents' stop) to record their ends
+LAST_TRY_S = 2.0  # then how long a run that gave up may take for its last try
 INBOX_SIZE = 256  # items waiting for a run: stdout chunks (64 KiB each at most, besides an over-long line's head)
 BATCH_LINES = 500
 HEARTBEAT_S = 5.0
@@ -118,13 +121,20 @@ class Stopping:
 
 @dataclass
 class GaveUp:
-    """The database stayed away past BRIDGE_DB_OUTAGE_S while the agent ran, so the agent was stopped."""
+    """The database stayed away (or its disk full) past BRIDGE_DB_OUTAGE_S while the agent ran, so the agent was
+    stopped."""
 
     after_s: float  # how long the database had been away then
     since: float  # time.monotonic() when it went away
     last_seq: int  # the last seq this run had written
+    full: bool = False  # it was there, but its disk was full: nothing could be stored
 
     def summary(self) -> str:
+        if self.full:
+            return (
+                f"nothing could be stored for {self.after_s:.0f} s because the disk that holds the database was full "
+                f"(BRIDGE_DB_OUTAGE_S={settings.BRIDGE_DB_OUTAGE_S}); the agent was stopped"
+            )
         return (
             f"the database was unreachable for {self.after_s:.0f} s "
             f"(BRIDGE_DB_OUTAGE_S={settings.BRIDGE_DB_OUTAGE_S}); the agent was stopped"
@@ -133,12 +143,20 @@ class GaveUp:
     def reason(self, dropped: int) -> str:
         """The task's error once recorded: what happened, and what became of the output meanwhile."""
         back = time.monotonic() - self.since
-        text = (
-            f"{self.summary()}. Its output after seq {self.last_seq} was kept in memory and recorded when the database "
-            f"answered again ({back:.0f} s after it went away)"
-        )
+        if self.full:
+            text = (
+                f"{self.summary()}. Its output after seq {self.last_seq} was held in memory, at most "
+                "BRIDGE_DB_FULL_BUFFER_BYTES of it while the disk was full, and recorded once space was freed "
+                f"({back:.0f} s after writes began to fail)"
+            )
+        else:
+            text = (
+                f"{self.summary()}. Its output after seq {self.last_seq} was kept in memory and recorded when the "
+                f"database answered again ({back:.0f} s after it went away)"
+            )
         if dropped:
-            text += f", except {dropped} events past BRIDGE_DB_BUFFER_BYTES, which were lost (see the truncated event)"
+            past = "a full disk's bound" if self.full else "BRIDGE_DB_BUFFER_BYTES"
+            text += f", except {dropped} events past {past}, which were lost (see the truncated events)"
         return text + ". Nothing was re-run."
 
 
@@ -212,6 +230,8 @@ class TaskRun(threading.Thread):
         self.eof = False  # the child's stdout is read to its end
         self.last_db_check = 0.0
         self.check_owed = True  # look at the database at the first chance: news may predate this run's doorbell
+        self.shutdown_reason = ""  # Bridge is stopping and could not record the cancel: stop the agent all the same
+        self.give_up = threading.Event()  # the drain is over: a write that fails now is not tried again
         # the permission requests the agent waits on, until the answer is passed on or the ask withdrawn
         self.open_asks: set[str] = set()
 
@@ -236,6 +256,12 @@ class TaskRun(threading.Thread):
             self.inbox.put_nowait(NEWS)
         except queue.Full:
             pass  # busy with output: the supervisor's sweep wakes it again while the news stands
+
+    def stop_for_shutdown(self, reason: str) -> None:
+        """Bridge is stopping and its cancel could not be recorded (the disk full, the database away): the run
+        stops its agent all the same, for `reason`."""
+        self.shutdown_reason = reason
+        self.wake()
 
     def run(self) -> None:
         unsubscribe = doorbell.subscribe(str(self.task.public_id), self.wake)
@@ -264,9 +290,22 @@ class TaskRun(threading.Thread):
             retry(
                 lambda: actions.finish_task(self.task, status=Status.FAILED, error=error, claim=self.rec.claim),
                 self.rec.outage,
+                stop=self.give_up,
             )
         except WriteRefused as refused:
             self._abandon(f"its failure was not recorded ({refused.message})")
+        except DB_ERRORS as failed:
+            self._given_up(failed)
+
+    def _given_up(self, exc: BaseException) -> None:
+        """The drain is over and the end could not be written (raised on, when Bridge is not stopping): the task
+        stays running in the database, and the next supervisor to start marks it orphaned."""
+        if not self.give_up.is_set():
+            raise exc
+        self._abandon(
+            f"Bridge stopped before its end could be recorded ({exc.__class__.__name__}: {exc}); the next "
+            "supervisor to start marks it orphaned"
+        )
 
     def _run(self) -> None:
         try:
@@ -283,15 +322,15 @@ class TaskRun(threading.Thread):
     def _spawn(self, runner: Runner) -> bool:
         """Start the child and its readers; False when it could not start (then the task is recorded as failed).
 
-        The cwd is confined again here, against the roots as they are now: it may have been swapped for a symlink
-        since the task was created. The agent starts in the real directory that was checked, not the stored text."""
+        The cwd and added directories are confined again here, against the roots as they are now: one may have been
+        swapped for a symlink since the task was created. The agent starts in the real directory that was checked,
+        not the stored text."""
         agent_argv = runner.argv()
         try:
-            cwd = paths.resolve_cwd(self.task.cwd)
+            cwd = paths.confine_task_dirs(self.task.cwd, (self.task.options or {}).get("add_dirs") or [])
         except BridgeError as exc:
-            self._record_end(
-                status=Status.FAILED, error=f"the cwd, checked again at start: {exc.message}. Nothing was run."
-            )
+            error = f"the {exc.detail.get('field', 'cwd')}, checked again at start: {exc.message}. Nothing was run."
+            self._record_end(status=Status.FAILED, error=error)
             return False
         try:
             env, with_stdin, tag = runner.env(), runner.uses_stdin, str(self.task.public_id)
@@ -344,6 +383,7 @@ class TaskRun(threading.Thread):
                 if self.phase is Phase.ABANDONED:
                     return
                 self.rec.flush()  # the answers just passed on are marked delivered
+            self._check_shutdown()
             self._check_clock(now)
             self._check_outage(now)
             if self._child_gone(now):
@@ -355,6 +395,7 @@ class TaskRun(threading.Thread):
         agent.stderr.join(timeout=2)
         stderr_tail = agent.stderr.text()
         self._handle(agent.runner.on_exit(stderr_tail), 0)
+        self.rec.end_transcript()
         outcome = agent.runner.outcome(agent.proc.returncode, stderr_tail)
         if self.stopping is not None and self.stopping.status is not None:
             outcome.status, outcome.error = self.stopping.status, self.stopping.reason
@@ -362,19 +403,29 @@ class TaskRun(threading.Thread):
 
     def _record_end(self, **fields: Any) -> None:
         """Write what is owed, then the end, however long the database takes: while this supervisor lives, its task
-        never stays running. A task no longer running under this run's claim gets nothing more: the first write it
-        refuses ends the run (`_abandon`)."""
+        never stays running (unless it stops: `_given_up`). Each try that finds the disk full holds half as much of
+        the output as the last (`Recorder.narrow`), so the end is recorded once anything can be written. A task no
+        longer running under this run's claim gets nothing more: the first write it refuses ends the run
+        (`_abandon`)."""
+        tries = 0
 
         def write() -> None:
+            nonlocal tries
+            if tries and self.rec.outage.full:
+                self.rec.narrow()
+            tries += 1
             self.rec.write_all()
             if self.gave_up is not None:
+                self.gave_up.full = self.gave_up.full or self.rec.outage.full
                 fields.update(status=Status.FAILED, error=self.gave_up.reason(self.rec.dropped))
             actions.finish_task(self.task, claim=self.rec.claim, **fields)
 
         try:
-            retry(write, self.rec.outage)
+            retry(write, self.rec.outage, stop=self.give_up)
         except WriteRefused as refused:
             self._abandon(f"its end was not recorded ({refused.message})")
+        except DB_ERRORS as failed:
+            self._given_up(failed)
 
     # --- reading and writing ----------------------------------------------------------------------------------
     def _next_items(self) -> list[InboxItem]:
@@ -420,9 +471,11 @@ class TaskRun(threading.Thread):
         return min(due)
 
     def _read(self, items: list[InboxItem]) -> None:
+        """Each line of output goes to the task's transcript as it is, then to the runner for what it means."""
         runner = self.agent.runner
         for item in items:
             if isinstance(item, Output):
+                self.rec.add_lines(item.lines)
                 for line in item.lines:
                     if isinstance(line, Oversized):
                         self._on_oversized(line.head, line.size)
@@ -559,6 +612,11 @@ class TaskRun(threading.Thread):
         )
         self._enter(Phase.ABANDONED)
 
+    def _check_shutdown(self) -> None:
+        """Bridge is stopping and said so here, not in the database (`stop_for_shutdown`): stop the agent."""
+        if self.shutdown_reason and self.stopping is None and self.agent.proc.poll() is None:
+            self._begin_stop(Status.CANCELLED, self.shutdown_reason)
+
     def _check_clock(self, now: float) -> None:
         if self.stopping is None and now >= self.agent.deadline:
             self._begin_stop(Status.TIMEOUT, f"ran longer than its timeout of {self.task.timeout_s} s")
@@ -574,7 +632,7 @@ class TaskRun(threading.Thread):
             return
         if self.agent.proc.poll() is not None:
             return
-        self.gave_up = GaveUp(after_s=outage.elapsed(), since=outage.since, last_seq=self.task.last_seq)
+        self.gave_up = GaveUp(outage.elapsed(), outage.since, self.task.last_seq, full=outage.full)
         log.error("task %s: %s", self.task.public_id, self.gave_up.summary())
         self.stopping = Stopping(reason=self.gave_up.summary(), status=Status.FAILED, started=now)
         self.rec.add_events([("stopping", {"status": Status.FAILED, "reason": self.gave_up.summary()})])
@@ -612,9 +670,18 @@ class TaskRun(threading.Thread):
 class Supervisor:
     """Claims tasks up to its capacity and runs them; stops claiming on request and drains."""
 
-    def __init__(self, capacity: int | None = None, *, name: str | None = None, labels: list[str] | None = None):
+    def __init__(
+        self,
+        capacity: int | None = None,
+        *,
+        name: str | None = None,
+        labels: list[str] | None = None,
+        started_by: str = actions.STARTED_BY_SUPERVISE,
+    ):
         self.capacity = capacity or settings.BRIDGE_MAX_CONCURRENT
         self.name, self.labels = name, labels  # None: BRIDGE_SUPERVISOR_NAME / BRIDGE_SUPERVISOR_LABELS
+        self.started_by = started_by
+        self._drain_deadline: float | None = None  # time.monotonic(); None: no stop asked for, or only a handover
         self.runs: dict[int, TaskRun] = {}
         self.started: set[int] = set()  # every task this supervisor gave a TaskRun
         self._worker: Worker | None = None  # registered as it starts (`_start`)
@@ -640,7 +707,10 @@ class Supervisor:
         self._wake.set()
 
     def request_stop(self) -> None:
-        """Stop claiming; running tasks get BRIDGE_DRAIN_S to finish (`run` returns when they have)."""
+        """Stop claiming; running tasks get BRIDGE_DRAIN_S from the first such request to finish (`run` returns when
+        they have), a handover's drain included."""
+        if self._drain_deadline is None:
+            self._drain_deadline = time.monotonic() + settings.BRIDGE_DRAIN_S
         self._stop.set()
         self._wake.set()
 
@@ -684,7 +754,9 @@ class Supervisor:
     def _start(self) -> bool:
         """Register this worker and close what a gone supervisor left running; False, with `startup_error`, if not."""
         try:
-            self.worker = actions.register_worker(self.capacity, name=self.name, labels=self.labels)
+            self.worker = actions.register_worker(
+                self.capacity, name=self.name, labels=self.labels, started_by=self.started_by
+            )
             self.reap_orphans()
         except Exception as exc:
             log.exception("supervisor: could not start")
@@ -750,10 +822,26 @@ class Supervisor:
 
     def _sweep(self) -> None:
         """The safety net under the doorbell, one query for all runs (Principles 1: a lost ring costs latency, never
-        data): wake the runs whose task has news for them, a cancel, an answer to pass on, a request past its time."""
+        data): wake the runs whose task has news for them, a cancel, an answer to pass on, a request past its time.
+        And whether a `runbridge` took over from this supervisor (`_hand_over`)."""
+        if actions.handover_requested(self.worker):
+            self._hand_over()
+        self._wake_runs_with_news()
+
+    def _wake_runs_with_news(self) -> None:
         runs = {pk: run for pk, run in self.runs.items() if run.is_alive()}
         for pk in actions.tasks_with_news(list(runs)) if runs else ():
             runs[pk].wake()
+
+    def _hand_over(self) -> None:
+        """A `runbridge` runs this data dir's tasks from now on: claim nothing more, let the running tasks end however
+        long they take (nothing is cancelled for it), then exit."""
+        log.warning(
+            "supervisor %s: a runbridge took over: no new task starts here; exiting once the %d running end",
+            self.worker.name,
+            len(self.running_tasks()),
+        )
+        self._stop.set()  # and no deadline for the drain, unless a stop is asked for too
 
     def _claim(self) -> None:
         while len(self.runs) < self.capacity and not self._stop.is_set():
@@ -792,17 +880,26 @@ class Supervisor:
         """Tasks left running by a supervisor that is gone cannot be managed any more: say so, keep their events."""
         actions.orphan_others(self.worker)
 
+    def _look_for_news_while_draining(self) -> None:
+        """The sweep's safety net goes on while running tasks drain: a decision whose ring was lost still reaches its
+        run (a handover's drain may last as long as a person takes to answer)."""
+        try:
+            self._wake_runs_with_news()
+        except DB_ERRORS as exc:
+            log.warning("supervisor draining: could not look for news: %s", exc)
+            drop_connection()
+
     def _drain(self) -> None:
+        """Running tasks get BRIDGE_DRAIN_S to end (a handover: as long as they take); the rest are cancelled, and get
+        their agents' stop and STOP_JOIN_S to record their ends. Past the drain a run that cannot write (the disk
+        full, the database away) is not waited for: it gives up after one more try, its task left to be orphaned by
+        the next start."""
         runs = list(self.runs.values())
-        if runs:
+        if runs and self._drain_deadline is None:
+            log.info("supervisor handing over: waiting for its %d running tasks to end", len(runs))
+        elif runs:
             log.info("supervisor stopping: waiting up to %d s for %d running tasks", settings.BRIDGE_DRAIN_S, len(runs))
-        deadline = time.monotonic() + settings.BRIDGE_DRAIN_S
-        while not self._stop_now.is_set():
-            self._wake.clear()  # before looking: a run that ends after the look wakes the wait below
-            remaining = deadline - time.monotonic()
-            if all(run.done.is_set() for run in runs) or remaining <= 0:
-                break
-            self._wake.wait(remaining)
+        self._wait_to_drain(runs)
         if self._stop_now.is_set():
             reason = "Bridge stopped at once (a second stop signal) while the task was still running"
         else:
@@ -812,11 +909,48 @@ class Supervisor:
             )
         for run in runs:
             if not run.done.is_set():
-                try:
-                    actions.request_cancel(actions.get_task(run.task.public_id), reason=reason, by="supervisor")
-                except Conflict:
-                    pass  # it ended between the check and the request
-                except DB_ERRORS as exc:  # the agent dies with this process; a peer marks the task orphaned
-                    log.warning("task %s: could not ask it to stop: %s", run.task.public_id, exc)
+                self._cancel_for_shutdown(run, reason)
+        self._wait_for_stops(runs, time.monotonic() + 2 * settings.BRIDGE_KILL_GRACE_S + STOP_JOIN_S)
         for run in runs:
-            run.join(timeout=2 * settings.BRIDGE_KILL_GRACE_S + 10)
+            run.give_up.set()
+        last_tries_end = time.monotonic() + LAST_TRY_S
+        for run in runs:
+            run.join(timeout=max(0.0, last_tries_end - time.monotonic()))
+
+    def _wait_to_drain(self, runs: list[TaskRun]) -> None:
+        """Until every run has ended, the drain's deadline (none for a handover) or a second stop signal."""
+        while not self._stop_now.is_set():
+            self._wake.clear()  # before looking: a run that ends after the look wakes the wait below
+            deadline = self._drain_deadline  # read once: a signal may set it meanwhile, and wakes the wait below
+            remaining = math.inf if deadline is None else deadline - time.monotonic()
+            if all(run.done.is_set() for run in runs) or remaining <= 0:
+                return
+            if not self._wake.wait(min(remaining, settings.BRIDGE_POLL_S)):
+                self._look_for_news_while_draining()
+
+    def _wait_for_stops(self, runs: list[TaskRun], deadline: float) -> None:
+        """Until every run has ended or `deadline` (time.monotonic()); a run that cannot write meanwhile is told to
+        give up (looked at every BRIDGE_POLL_S)."""
+        while True:
+            self._wake.clear()  # before looking: a run that ends after the look wakes the wait below
+            remaining = deadline - time.monotonic()
+            if all(run.done.is_set() for run in runs) or remaining <= 0:
+                return
+            for run in runs:
+                if run.rec.outage.down:
+                    run.give_up.set()
+            self._wake.wait(min(remaining, settings.BRIDGE_POLL_S))
+
+    def _cancel_for_shutdown(self, run: TaskRun, reason: str) -> None:
+        """Cancel a run's task for the shutdown; where that cannot be recorded, the run is told directly."""
+        try:
+            actions.request_cancel(actions.get_task(run.task.public_id), reason=reason, by="supervisor")
+        except Conflict:
+            pass  # it ended between the check and the request
+        except DB_ERRORS as exc:
+            log.warning(
+                "task %s: its cancel was not recorded (%s); its agent is stopped anyway",
+                run.task.public_id,
+                exc,
+            )
+            run.stop_for_shutdown(reason)

@@ -1,7 +1,8 @@
 """The REST API: hbridge's paths and JSON shapes (so existing Hermes skills keep working), over jobs.actions.
 
-hbridge's own replies (create, cancel, /v1/task/output) give a task's status in hbridge's words with Bridge's exact
-status as `bridge_status` (jobs/web/hbridge.py); Bridge's own endpoints (/v1/task, /v1/tasks, events) use Bridge's."""
+Every reply about one task (create, cancel, /v1/task/output, /v1/task) gives its status in hbridge's words with
+Bridge's exact status as `bridge_status` (jobs/web/hbridge.py), so a client that polls any of them until `done` or
+`failed` comes to an end; Bridge's own lists and transcripts (/v1/tasks, /v1/task/events) use Bridge's words."""
 
 import logging
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.db import OperationalError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Field, NinjaAPI, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security.base import AuthBase
@@ -20,14 +21,22 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 
 from jobs import actions
 from jobs.actions import tokens
-from jobs.actions.tasks import MAX_ARGV_CHARS, MAX_LIST_ENTRIES
+from jobs.actions.tasks import (
+    MAX_ADD_DIRS,
+    MAX_ARGV_CHARS,
+    MAX_LIST_ENTRIES,
+    MAX_SYSTEM_PROMPT_CHARS,
+    PERMISSION_MODES,
+)
 from jobs.core.access import Caller, Scope
-from jobs.core.errors import BridgeError, DatabaseBusy, ErrorCode, InvalidInput, is_database_busy
+from jobs.core.errors import BridgeError, ErrorCode, InvalidInput
 from jobs.core.inputs import MAX_INT, MAX_PATH_BYTES, check_text
+from jobs.core.resilience import temporary_refusal
 from jobs.core.vocabulary import TOKEN_FIELDS, Agent, Status
 from jobs.models import PermissionRequest, Task
 from jobs.web import auth, hbridge
 from jobs.web.middleware import internal_error, too_large
+from jobs.web.watching import follow_transcript
 
 log = logging.getLogger(__name__)
 AGENTS = tuple(agent.value for agent in Agent)
@@ -154,19 +163,19 @@ def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 
 @api.exception_handler(OperationalError)
 def on_database_error(request: HttpRequest, exc: OperationalError) -> HttpResponse:
-    """A database too busy to answer in time is a 503 with Retry-After, the body jobs/web/middleware.py gives elsewhere;
-    any other database failure is an internal error."""
-    if not is_database_busy(exc):
+    """A database too busy to answer in time, or whose disk is full, is a 503 with Retry-After, the body
+    jobs/web/middleware.py gives elsewhere; any other database failure is an internal error."""
+    refusal = temporary_refusal(exc)
+    if refusal is None:
         return on_unexpected_error(request, exc)
-    busy = DatabaseBusy(settings.BRIDGE_DB_RETRY_AFTER_S)
-    response = error_response(request, busy)
-    response["Retry-After"] = str(busy.retry_after_s)
+    response = error_response(request, refusal)
+    response["Retry-After"] = str(refusal.retry_after_s)
     return response
 
 
 @api.exception_handler(AuthenticationError)
 def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    return auth.unauthorized(auth.refusal(request.headers.get("Authorization", "")))
+    return auth.unauthorized(auth.refusal_of(request))
 
 
 @api.exception_handler(HttpError)
@@ -234,7 +243,12 @@ class CreateTaskIn(Strict):
         description="Working directory (absolute); inside BRIDGE_ALLOWED_ROOTS or the roots a live supervisor serves.",
     )
     agent: Literal[AGENTS] = Field("claude", description="The executor.")  # type: ignore[valid-type]
-    permission_mode: Literal["approve", "bypass"] = "approve"
+    permission_mode: Literal[PERMISSION_MODES] = Field(  # type: ignore[valid-type]
+        "approve",
+        description="approve: every tool call the agent asks about waits for a decision; bypass: Bridge allows "
+        "them all (recorded). Claude Code's own, for claude tasks: acceptEdits (Claude accepts file edits itself, "
+        "the rest wait as in approve), plan (Claude plans; what it would change waits as in approve).",
+    )
     skip_permissions: StrictBool = False
     sessionId: StrictStr | None = Field(
         None, max_length=MAX_ARGV_CHARS, description="An agent session to continue (Claude's --resume)."
@@ -242,6 +256,17 @@ class CreateTaskIn(Strict):
     model: StrictStr | None = Field(None, max_length=MAX_ARGV_CHARS)
     max_turns: StrictInt | None = Field(None, ge=1, le=actions.MAX_TURNS)
     allowed_tools: NameList = Field(None, max_length=MAX_LIST_ENTRIES)
+    disallowed_tools: NameList = Field(
+        None, max_length=MAX_LIST_ENTRIES, description='Claude Code tools to deny, e.g. "Bash(git push:*)", "WebFetch".'
+    )
+    append_system_prompt: StrictStr | None = Field(
+        None, max_length=MAX_SYSTEM_PROMPT_CHARS, description="Text added to the end of Claude Code's system prompt."
+    )
+    add_dirs: list[Annotated[StrictStr, Field(max_length=MAX_PATH_BYTES)]] | None = Field(
+        None,
+        max_length=MAX_ADD_DIRS,
+        description="More directories Claude Code may work in besides cwd (absolute; each confined as cwd is).",
+    )
     skills: NameList = Field(None, max_length=MAX_LIST_ENTRIES, description="Hermes skills to preload (one-shot).")
     toolsets: NameList = Field(None, max_length=MAX_LIST_ENTRIES, description="Hermes toolsets to enable (one-shot).")
     timeout_s: StrictInt | None = Field(
@@ -265,6 +290,11 @@ class CreateTaskOut(Schema):
     task_id: str
     status: str = Field(description='hbridge\'s word: always "created".')
     bridge_status: str = Field(description="Bridge's status: queued, or cancelled when it ended at once.")
+    wait_reason: str = Field(
+        "",
+        description="Why it cannot start yet, other than the queue ahead of it (e.g. no live supervisor can run its "
+        'agent: what stops each, and the fix); "" when nothing holds it back.',
+    )
 
 
 TaskId = Annotated[
@@ -329,6 +359,9 @@ def create_task(request: HttpRequest, payload: CreateTaskIn):
         "model": payload.model,
         "max_turns": payload.max_turns,
         "allowed_tools": payload.allowed_tools,
+        "disallowed_tools": payload.disallowed_tools,
+        "append_system_prompt": payload.append_system_prompt,
+        "add_dirs": payload.add_dirs,
         "skills": payload.skills,
         "toolsets": payload.toolsets,
     }
@@ -347,7 +380,7 @@ def create_task(request: HttpRequest, payload: CreateTaskIn):
     )
     tokens.check_creates(caller(request), spec)
     task = actions.create_task(spec)
-    return hbridge.created_reply(str(task.public_id), task.status)
+    return hbridge.created_reply(str(task.public_id), task.status) | {"wait_reason": task.wait_reason}
 
 
 @api.post("/task/cancel", auth=NEEDS_RUN, response=answers(dict, WRITE_ONE), summary="Cancel a queued or running task")
@@ -397,11 +430,26 @@ def task_output(request: HttpRequest, task_id: str = Query(..., min_length=1, ma
     }
 
 
-@api.get("/task", auth=NEEDS_READ, response=answers(dict, READ_ONE), summary="Everything about one task")
+class TaskDetailOut(BaseModel):
+    """Everything about one task: its status in hbridge's words, as on every reply about one task, and in Bridge's."""
+
+    model_config = ConfigDict(extra="allow")  # a pydantic model (a ninja Schema drops what it does not name)
+    id: str = Field(description="The task's id (the task_id create answered with).")
+    status: Literal[hbridge.TASK_WORDS] = Field(  # type: ignore[valid-type]
+        description="hbridge's word: running (queued or running), done, or failed (every other end: failed, "
+        "cancelled, timeout, orphaned; `reason` then says why). Poll until done or failed."
+    )
+    bridge_status: Literal[tuple(s.value for s in Status)] = Field(  # type: ignore[valid-type]
+        description="Bridge's exact status."
+    )
+
+
+@api.get("/task", auth=NEEDS_READ, response=answers(TaskDetailOut, READ_ONE), summary="Everything about one task")
 def task_detail(request: HttpRequest, task_id: str = Query(..., min_length=1, max_length=MAX_TASK_ID_CHARS)):
     task = seen_task(request, task_id)
     return {
         **task_summary(task),
+        **hbridge.status_fields(task.status, task.error),
         "prompt": task.prompt,
         "permission_mode": task.permission_mode,
         "options": task.options,
@@ -480,3 +528,50 @@ def task_events(
         "last_seq": task.last_seq,
         "events": [actions.event_data(e) for e in events],
     }
+
+
+# One line of GET /v1/task/transcript's answer: a row of the task's raw transcript, a line of the agent's or, in place
+# of lines not kept, a note.
+TRANSCRIPT_ROW = {
+    "type": "object",
+    "properties": {
+        "n": {"type": "integer", "minimum": 1, "description": "From 1 without a gap; resume with after=<the last n>."},
+        "line": {
+            "type": "string",
+            "description": "A line the agent wrote on stdout, without its newline, as text. Claude Code's and Hermes "
+            "ACP's lines are JSON as the CLI printed them: parse this string to get the object.",
+        },
+        "base64": {"type": "string", "description": "The line's exact bytes, only when they are not UTF-8."},
+        "cut": {"type": "string", "description": "Why only the line's start is kept (over BRIDGE_MAX_LINE_BYTES)."},
+        "omitted": {"type": "string", "description": "Why the lines this row stands for were not kept."},
+        "lines": {"type": "integer", "minimum": 1, "description": "How many of the agent's lines were not kept."},
+        "bytes": {"type": "integer", "description": "A cut line's whole size, or the omitted lines' (newlines in)."},
+    },
+    "oneOf": [{"required": ["n", "line"]}, {"required": ["n", "omitted", "lines", "bytes"]}],
+}
+TRANSCRIPT_LINES = {
+    "description": "NDJSON, one object a line: every row after `after` in order, then, while the task is queued or "
+    "running, each row as it is written; the answer ends once the task has ended and every row is sent.",
+    "content": {"application/x-ndjson": {"schema": TRANSCRIPT_ROW}},
+}
+
+
+@api.get(
+    "/task/transcript",
+    auth=NEEDS_READ,
+    response={status: ErrorOut for status in sorted(READ_ONE)},
+    summary="The agent's raw stdout, line by line (NDJSON), followed until the task ends",
+    openapi_extra={"responses": {"200": TRANSCRIPT_LINES}},
+)
+def task_transcript(
+    request: HttpRequest,
+    task_id: str = Query(..., min_length=1, max_length=MAX_TASK_ID_CHARS),
+    after: int = Query(0, ge=0, le=MAX_INT, description="The last n you saw (0: from the start)."),
+) -> StreamingHttpResponse:
+    """What hbridge kept in ~/.hbridge_transcript.jsonl, per task. Refusals are JSON errors before the stream starts;
+    the stream itself runs on the event loop, holding no thread (jobs/web/watching.py `follow_transcript`)."""
+    task = seen_task(request, task_id)
+    response = StreamingHttpResponse(follow_transcript(task, after), content_type="application/x-ndjson")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response

@@ -42,16 +42,18 @@ SSE_PRIME = 200  # events a resumed stream re-reads so it does not send a stream
 
 @require_safe
 def health(request: HttpRequest) -> JsonResponse:
-    """Open to everyone: says whether the server, its database and a supervisor are up, and nothing private. Bridge's
-    web server answers most polls from a snapshot of this answer (jobs/web/health.py); this view makes it fresh."""
+    """Open to everyone: says whether the server, its database and a supervisor are up, whether the disk that holds
+    the database is full (`storage`), and nothing private. Bridge's web server answers most polls from a snapshot of
+    this answer (jobs/web/health.py); this view makes it fresh."""
     state = actions.system_state()
-    ok = state.database == "ok"
-    status = "ok" if ok else "degraded"
-    database = "ok" if ok else "error (details in the server log)"
-    body = {"status": status, "database": database, "supervisors": len(state.workers), "tasks": state.counts}
+    database = "ok" if state.database == "ok" else "error (details in the server log)"
+    status = "ok" if database == "ok" and state.storage == "ok" else "degraded"
+    body = {"status": status, "database": database, "storage": state.storage, "supervisors": len(state.workers)}
+    body["tasks"] = state.counts
     body["pending_permissions"] = state.pending_permissions
     body["workers"] = [actions.worker_data(worker, state.running) for worker in state.workers]  # roots: counts only
-    body["executors"] = [status.as_dict(private=False) for status in executors.executor_report()]  # no paths
+    # what the live supervisors can run (they run the tasks), or this process's view while none lives; no paths
+    body["executors"] = [status.as_dict(private=False) for status in actions.executor_statuses(state.workers)]
     body["sandbox"] = processes.agent_sandbox().as_dict(private=False)
     return JsonResponse(body, status=200 if status == "ok" else 503)
 
@@ -191,6 +193,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         tasks = tasks.filter(status=status)
     if agent:
         tasks = tasks.filter(agent=agent)
+    live = actions.live_supervisors()  # it is they that run tasks: their readiness is what counts
     context = {
         "tasks": tasks.first_with_pending_count(DASHBOARD_LIMIT),
         "cursor": TaskEvent.objects.aggregate(latest=Max("pk"))["latest"] or 0,
@@ -200,7 +203,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "agents": choices(Agent),
         "status": status,
         "agent": agent,
-        "executors": [status for status in executors.executor_report() if status.ready != executors.YES],
+        "executors": [status for status in actions.executor_statuses(live) if status.ready != executors.YES],
         "sandbox": processes.agent_sandbox(),
     }
     return render(request, "jobs/dashboard.html", context)
@@ -220,6 +223,7 @@ def task_page(request: HttpRequest, task_id: str) -> HttpResponse:
         "follow_up_form": FollowUpForm(),
         "admin_url": reverse("admin:jobs_task_change", args=[task.pk]),
         "is_terminal": task.is_terminal,
+        "session_total": reports.session_total(task.session) if task.session else None,
     }
     return render(request, "jobs/task.html", context)
 

@@ -9,13 +9,15 @@ supervisor died, and wakes only the streams whose task has moved past what they 
 streams. A quiet stream costs nothing between rings; a lost ring still costs at most BRIDGE_POLL_S
 (docs/architecture.md, "Principles" 1).
 
-The streams' reads, and the sweep's, run on STREAM_READERS (`on_stream_readers`).
+The streams' reads, and the sweep's, run on STREAM_READERS (`on_stream_readers`). `follow_transcript` is the stream
+of a task's raw transcript (GET /v1/task/transcript), waking the same way.
 """
 
 import asyncio
+import json
 import logging
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
@@ -25,7 +27,7 @@ from django.db import connection
 from jobs import actions
 from jobs.core import doorbell
 from jobs.core.resilience import Outage, is_transient
-from jobs.core.vocabulary import Status
+from jobs.core.vocabulary import TERMINAL_STATUSES, Status
 from jobs.models import Task
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,9 @@ STREAM_READ_THREADS = 4
 STREAM_READERS = ThreadPoolExecutor(max_workers=STREAM_READ_THREADS, thread_name_prefix="stream-read")
 
 Mark = tuple[int, str, str]  # what marks news on a task: (last seq, status, wait reason)
+# Rows of a transcript one read sends (each up to 256 KiB of lines, or one cut line): what a stuck client costs
+# besides its socket's buffer.
+TRANSCRIPT_ROWS = 8
 
 
 def on_stream_readers(function: Callable[..., object]) -> Callable[..., Coroutine]:
@@ -141,3 +146,42 @@ class Sweep:
                 continue  # cannot happen: `seen` is only ever set, and these watches had it set before the read
             if mark is None or mark[0] > seen[0] or mark[1:] != seen[1:]:
                 watch.waiter.wake()
+
+
+def ndjson(entries: Iterable[dict]) -> bytes:
+    """One JSON object a line, in ASCII: no agent text can end or split a line, whichever line breaks a reader splits
+    on (U+2028 and U+2029 too)."""
+    return b"".join(json.dumps(entry).encode() + b"\n" for entry in entries)
+
+
+def _transcript_after(task: Task, after: int, settle: bool) -> tuple[bytes, int, int]:
+    """The task's transcript entries after `after` as NDJSON, how many rows held them, and the last one's number
+    (`after` if none); the task re-read first, and settled first on the stream's first read (a dead supervisor rings
+    no more; after that the sweep sees to it)."""
+    if settle:
+        actions.settle_if_orphaned(task)
+    rows = actions.read_lines(task, after, TRANSCRIPT_ROWS)
+    body = ndjson(entry for row in rows for entry in actions.line_data(row, after))
+    return body, len(rows), rows[-1].last if rows else after
+
+
+async def follow_transcript(task: Task, after: int) -> AsyncIterator[bytes]:
+    """The task's raw transcript after entry `after`, one JSON object a line, then each entry it gets until it has
+    ended and all are sent. It reads when its task rings or the sweep finds news for it (a run writes its lines with the
+    events they became: a lost ring of lines that became none is made up for by the next event, or the end)."""
+    watch = TaskWatch(task)
+    try:
+        first = True
+        while True:
+            body, count, after = await on_stream_readers(_transcript_after)(task, after, settle=first)
+            first = False
+            if body:
+                yield body
+            if count == TRANSCRIPT_ROWS:  # more may be there already
+                continue
+            if task.status in TERMINAL_STATUSES:  # re-read before the rows: every row was committed before its end
+                return
+            watch.read(task.last_seq, task)
+            await watch.wait()
+    finally:
+        watch.close()

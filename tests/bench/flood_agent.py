@@ -18,6 +18,9 @@ def line(message: dict) -> bytes:
 
 
 def main() -> None:
+    if "--version" in sys.argv:  # as the real CLI answers it (jobs/agents/executors.py asks)
+        print("0.0.0 (Flood Agent)")
+        return
     first = json.loads(sys.stdin.readline())
     _, count, size = first["message"]["content"][0]["text"].split()
     text = "x" * int(size)

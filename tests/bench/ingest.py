@@ -2,7 +2,8 @@
 
 An agent that writes as fast as the pipe takes it (flood_agent.py) floods stdout with assistant text lines; the rate
 is the recorded events over the time between the first and the last one's commit (read from the database afterwards,
-where every seq is checked: no gap, no loss). Beside it, the machine's own limit: the same lines parsed and inserted by
+where every seq is checked: no gap, no loss; and every stdout line is in the task's transcript, numbered without a
+gap). Beside it, the machine's own limit: the same lines parsed and inserted by
 plain `sqlite3` into a table of the same shape (WAL, synchronous=NORMAL, BATCH rows a transaction), in this process.
 """
 
@@ -38,10 +39,11 @@ def stamp(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def recorded(db: Path, task_ids: list[str]) -> tuple[int, float, float]:
-    """Text events of these tasks, and the first and last commit time; fails on any gap in any task's seqs."""
+def recorded(db: Path, task_ids: list[str]) -> tuple[int, int, float, float]:
+    """Text events of these tasks, their transcripts' lines, and the first and last commit time; fails on any gap in
+    any task's seqs or line numbers."""
     with sqlite3.connect(db) as conn:
-        total, first, last = 0, float("inf"), 0.0
+        total, lines, first, last = 0, 0, float("inf"), 0.0
         for public_id in task_ids:
             pk = conn.execute("SELECT id FROM jobs_task WHERE public_id = ?", (public_id.replace("-", ""),)).fetchone()[
                 0
@@ -51,6 +53,12 @@ def recorded(db: Path, task_ids: list[str]) -> tuple[int, float, float]:
             ).fetchone()
             if count != top:
                 raise SystemExit(f"task {public_id}: {count} events but last seq {top}: a gap")
+            kept, last_n = conn.execute(
+                "SELECT sum(last - n + 1), max(last) FROM jobs_taskline WHERE task_id = ?", (pk,)
+            ).fetchone()
+            if kept != last_n:
+                raise SystemExit(f"task {public_id}: {kept} transcript lines but the last is {last_n}: a gap")
+            lines += kept
             texts, low, high = conn.execute(
                 "SELECT count(*), min(created_at), max(created_at) FROM jobs_taskevent"
                 " WHERE task_id = ? AND kind = 'text'",
@@ -58,7 +66,7 @@ def recorded(db: Path, task_ids: list[str]) -> tuple[int, float, float]:
             ).fetchone()
             total += texts
             first, last = min(first, stamp(low)), max(last, stamp(high))
-    return total, first, last
+    return total, lines, first, last
 
 
 def flood(bridge: BridgeServer, tasks: int, lines: int) -> float:
@@ -68,9 +76,11 @@ def flood(bridge: BridgeServer, tasks: int, lines: int) -> float:
             pass
         if (status := bridge.task(task_id)["status"]) != "done":
             raise SystemExit(f"task {task_id} ended {status}")
-    total, first, last = recorded(bridge.data_dir / "bridge.sqlite3", ids)
+    total, kept, first, last = recorded(bridge.data_dir / "bridge.sqlite3", ids)
     if total != tasks * lines:
         raise SystemExit(f"recorded {total} of {tasks * lines} lines: output was lost")
+    if kept != tasks * (lines + 2):  # with the init and result lines
+        raise SystemExit(f"kept {kept} of {tasks * (lines + 2)} stdout lines in the transcripts")
     return (total - tasks) / (last - first)
 
 

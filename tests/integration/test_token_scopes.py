@@ -46,6 +46,7 @@ OPERATIONS: dict[str, tuple[Scope, Callable[[Task], dict]]] = {
     "POST /v1/task/cancel": (Scope.RUN, task_id_of),
     "POST /v1/task/permission": (Scope.DECIDE, lambda task: {**task_id_of(task), "behavior": "allow"}),
     "GET /v1/task/output": (Scope.READ, task_id_of),
+    "GET /v1/task/transcript": (Scope.READ, task_id_of),
     "GET /v1/task": (Scope.READ, task_id_of),
     "GET /v1/tasks": (Scope.READ, lambda task: {}),
     "GET /v1/workers": (Scope.READ, lambda task: {}),
