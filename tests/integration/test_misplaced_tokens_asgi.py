@@ -65,9 +65,9 @@ def socket_refusal(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[dict,
 
     async def body() -> tuple[dict, int]:
         ws = WebsocketCommunicator(application, path, headers=[HOST, *headers])
-        assert (await ws.connect())[0]
-        message = await ws.receive_json_from()
-        return message, (await ws.receive_output())["code"]
+        assert (await ws.connect(timeout=10))[0]
+        message = await ws.receive_json_from(timeout=10)
+        return message, (await ws.receive_output(timeout=10))["code"]
 
     return async_to_sync(body)()
 

@@ -249,9 +249,9 @@ def test_a_read_tokens_socket_can_neither_decide_nor_cancel(work_root):
 
     async def body():
         ws = communicator(f"/ws/tasks/{task.public_id}/", token)
-        assert (await ws.connect())[0]
+        assert (await ws.connect(timeout=10))[0]
         while not await ws.receive_nothing(timeout=0.5):
-            await ws.receive_json_from()
+            await ws.receive_json_from(timeout=10)
         for frame in (
             {"type": "decision", "request_id": "r1", "behavior": "allow"},
             {"type": "permission", "task_id": str(task.public_id), "behavior": "allow"},
@@ -275,9 +275,9 @@ def test_a_token_limited_to_roots_follows_only_the_tasks_under_them(rooms):
     async def body():
         refused = communicator(f"/ws/tasks/{other.public_id}/", token)
         assert (await refused.connect())[0]
-        message = await refused.receive_json_from()
+        message = await refused.receive_json_from(timeout=10)
         assert (message["type"], message["code"]) == ("error", "outside_token_roots")
-        assert (await refused.receive_output())["code"] == 4403
+        assert (await refused.receive_output(timeout=10))["code"] == 4403
         listing = communicator("/ws/tasks/?since=0", token)
         assert (await listing.connect())[0]
         changes = await listing.receive_json_from(timeout=10)

@@ -59,7 +59,7 @@ async def drain(ws: WebsocketCommunicator, quiet_s: float = 0.5) -> list[dict]:
     """Everything the socket sends until it has been quiet for quiet_s (without timing out the consumer)."""
     messages = []
     while not await ws.receive_nothing(timeout=quiet_s):
-        messages.append(await ws.receive_json_from())
+        messages.append(await ws.receive_json_from(timeout=10))
     return messages
 
 
@@ -73,7 +73,7 @@ def test_replays_after_the_given_seq_then_streams_live(work_root, token):
 
     async def body():
         ws = communicator(f"/ws/tasks/{task.public_id}/?since=4", bearer(token))
-        connected, _ = await ws.connect()
+        connected, _ = await ws.connect(timeout=10)
         assert connected
         replayed = await receive_events(ws, 6)
         assert [e["seq"] for e in replayed] == [5, 6, 7, 8, 9, 10]
@@ -93,7 +93,7 @@ def test_a_finished_task_replays_everything_and_ends(work_root, token):
 
     async def body():
         ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token))
-        assert (await ws.connect())[0]
+        assert (await ws.connect(timeout=10))[0]
         messages = []
         while not messages or messages[-1]["type"] != "end":
             messages.append(await ws.receive_json_from(timeout=10))
@@ -102,7 +102,7 @@ def test_a_finished_task_replays_everything_and_ends(work_root, token):
         state = [m for m in messages if m["type"] == "state"][-1]
         assert state["status"] == "cancelled" and not state["has_session"]
         assert messages[-1] == {"type": "end", "status": "cancelled", "last_seq": 4}
-        assert (await ws.receive_output())["type"] == "websocket.close"
+        assert (await ws.receive_output(timeout=10))["type"] == "websocket.close"
 
     run(body)
 
@@ -126,7 +126,7 @@ def test_no_event_is_lost_when_the_channel_layer_drops_rings(work_root, token, s
     async def body():
         nonlocal dropped
         ws = communicator(f"/ws/tasks/{task.public_id}/?since=1", bearer(token))
-        assert (await ws.connect())[0]
+        assert (await ws.connect(timeout=10))[0]
         for i in range(bursts):
             await database_sync_to_async(append_texts)(task, [f"{i}.{j}" for j in range(per_burst)])
             for _ in range(rings_per_burst):
@@ -157,12 +157,12 @@ def test_no_session_or_token_is_refused_in_words(work_root, credentials, words):
     async def body():
         for path in (f"/ws/tasks/{task.public_id}/", "/ws/tasks/"):
             ws = communicator(path, *credentials)
-            assert (await ws.connect())[0]
-            message = await ws.receive_json_from()
+            assert (await ws.connect(timeout=10))[0]
+            message = await ws.receive_json_from(timeout=10)
             assert message["type"] == "error" and words in message["message"]
             assert manage_command("token", "create", "NAME") in message["message"]
             assert message["code"] == "unauthenticated"
-            assert (await ws.receive_output())["code"] == 4401
+            assert (await ws.receive_output(timeout=10))["code"] == 4401
 
     run(body)
 
@@ -175,8 +175,8 @@ def test_a_logged_in_session_is_accepted(work_root, django_user_model):
 
     async def body():
         ws = communicator(f"/ws/tasks/{task.public_id}/", (b"cookie", cookie), (b"origin", b"http://127.0.0.1:8800"))
-        assert (await ws.connect())[0]
-        first = await ws.receive_json_from()
+        assert (await ws.connect(timeout=10))[0]
+        first = await ws.receive_json_from(timeout=10)
         assert first["type"] == "event" and first["seq"] == 1
         await ws.disconnect()
 
@@ -189,10 +189,10 @@ def test_a_page_on_another_origin_cannot_open_the_socket(work_root, token):
     async def body():
         for origin in (b"http://evil.example", b"http://127.0.0.1:9999", b"null"):
             ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token), (b"origin", origin))
-            connected, code = await ws.connect()
+            connected, code = await ws.connect(timeout=10)
             assert not connected, origin
         ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token), (b"origin", b"http://127.0.0.1:8800"))
-        assert (await ws.connect())[0]
+        assert (await ws.connect(timeout=10))[0]
         await ws.disconnect()
         rebound = WebsocketCommunicator(
             application,
@@ -219,11 +219,11 @@ def test_bad_seq_or_unknown_task_is_refused_in_words(work_root, token, path, cod
 
     async def body():
         ws = communicator(path.format(task=task.public_id), bearer(token))
-        assert (await ws.connect())[0]
-        message = await ws.receive_json_from()
+        assert (await ws.connect(timeout=10))[0]
+        message = await ws.receive_json_from(timeout=10)
         assert message["type"] == "error" and words in message["message"], message
         assert message["code"] == {4400: "invalid_input", 4404: "no_such_task"}[code]
-        assert (await ws.receive_output())["code"] == code
+        assert (await ws.receive_output(timeout=10))["code"] == code
 
     run(body)
 
@@ -234,7 +234,7 @@ def test_the_task_list_follows_new_and_changed_tasks(work_root, token):
 
     async def body():
         ws = communicator(f"/ws/tasks/?since={cursor}", bearer(token))
-        assert (await ws.connect())[0]
+        assert (await ws.connect(timeout=10))[0]
         task = await database_sync_to_async(make_task)("a brand new task")
         message = await ws.receive_json_from(timeout=10)
         assert message["type"] == "tasks" and message["cursor"] > cursor
@@ -330,7 +330,7 @@ def test_a_separate_process_rings_through_redis(work_root, token, settings, redi
 
     async def body():
         ws = communicator(f"/ws/tasks/{task.public_id}/?since=1", bearer(token))
-        assert (await ws.connect())[0]
+        assert (await ws.connect(timeout=10))[0]
         writer = await asyncio.create_subprocess_exec(sys.executable, "-c", WRITER, str(task.public_id), env=env)
         assert await writer.wait() == 0
         events = await receive_events(ws, 3, timeout=10)
@@ -358,10 +358,10 @@ def test_unknown_websocket_paths_are_refused_in_words(work_root, token, caplog):
     async def body():
         for path in odd_paths(seed=11, count=20):
             ws = communicator(path, bearer(token))
-            assert (await ws.connect())[0], path
-            message = await ws.receive_json_from()
+            assert (await ws.connect(timeout=10))[0], path
+            message = await ws.receive_json_from(timeout=10)
             assert message["type"] == "error" and message["code"] == "no_such_socket", (path, message)
-            assert (await ws.receive_output())["code"] == 4404
+            assert (await ws.receive_output(timeout=10))["code"] == 4404
 
     run(body)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], "a refusal is not an error in the log"
@@ -384,7 +384,7 @@ def test_any_frame_a_client_sends_is_answered_and_the_socket_stays_open(work_roo
 
     async def body():
         ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token))
-        assert (await ws.connect())[0]
+        assert (await ws.connect(timeout=10))[0]
         await drain(ws)
         for frame in odd_frames(seed=5, count=30):
             await ws.send_to(**frame)
@@ -405,7 +405,7 @@ def test_the_end_reports_the_real_last_seq_whatever_since_said(work_root, token,
 
     async def body():
         ws = communicator(f"/ws/tasks/{task.public_id}/?since={since}", bearer(token))
-        assert (await ws.connect())[0]
+        assert (await ws.connect(timeout=10))[0]
         messages = []
         while not messages or messages[-1]["type"] != "end":
             messages.append(await ws.receive_json_from(timeout=10))
@@ -428,7 +428,7 @@ def test_the_state_says_where_a_task_runs_or_why_it_waits(work_root, token):
 
     async def body():
         ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token))
-        assert (await ws.connect())[0]
+        assert (await ws.connect(timeout=10))[0]
         state = await next_state(ws, lambda s: s["wait_reason"])
         assert state["target"] == "gpu-box" and state["worker"] is None
         assert "no live supervisor is running" in state["wait_reason"]
@@ -479,7 +479,7 @@ def test_the_state_follows_questions_the_session_and_a_supervisor_that_died(work
 
     async def body():
         ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token))
-        assert (await ws.connect())[0]
+        assert (await ws.connect(timeout=10))[0]
         state = await next_state(ws, lambda s: s["status"] == "running")
         assert state["pending_permissions"] == 0 and state["session_id"] is None
         await database_sync_to_async(ask)()
@@ -504,7 +504,7 @@ def test_a_state_frame_is_sent_when_the_state_changes_not_after_every_batch(work
 
     async def body():
         ws = communicator(f"/ws/tasks/{task.public_id}/", bearer(token))
-        assert (await ws.connect())[0]
+        assert (await ws.connect(timeout=10))[0]
         assert [(await next_message(ws))["type"] for _ in range(2)] == ["event", "state"]
         for batch in range(5):
             await database_sync_to_async(append_texts)(task, [f"batch {batch} line {i}" for i in range(3)])
