@@ -30,6 +30,8 @@ SCRIPTS = (
     "mcp_first_output.py",
     "slow_clients.py",
     "doorbell_flood.py",
+    "worktrees.py",
+    "changes.py",
 )
 
 
