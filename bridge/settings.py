@@ -233,6 +233,20 @@ BRIDGE_MAX_OUTPUT_BYTES = env_int("BRIDGE_MAX_OUTPUT_BYTES", 64 * 1024 * 1024, m
 # The agent's stdout a task's raw transcript keeps (GET /v1/task/transcript), newlines included; the lines after it are
 # counted in one note at the end. 0 keeps none.
 BRIDGE_MAX_TRANSCRIPT_BYTES = env_int("BRIDGE_MAX_TRANSCRIPT_BYTES", 64 * 1024 * 1024, minimum=0)
+# What a task changed in its working directory (jobs/workspace/snapshots.py): at most this many files listed, and this
+# much unified patch kept; past either, the record says it is truncated and what was left out.
+BRIDGE_CHANGES_MAX_FILES = env_int("BRIDGE_CHANGES_MAX_FILES", 5000, minimum=1)
+BRIDGE_CHANGES_MAX_BYTES = env_int("BRIDGE_CHANGES_MAX_BYTES", 4 * 1024 * 1024, minimum=1024)
+# Tasks that asked for `isolation: "worktree"` run in a git worktree of their own on a branch `bridge/<id>`
+# (jobs/workspace/worktrees.py), made under this directory; one that is neither merged nor discarded is removed
+# BRIDGE_WORKTREE_KEEP_DAYS after its task ended. Under BRIDGE_WORKTREE_ROOTS (os.pathsep-separated) isolation is the
+# default. Commits Bridge makes when merging carry BRIDGE_GIT_AUTHOR ("Name <email>").
+BRIDGE_WORKTREES_DIR = (
+    Path(os.environ.get("BRIDGE_WORKTREES_DIR", "").strip() or DATA_DIR / "worktrees").expanduser().resolve()
+)
+BRIDGE_WORKTREE_KEEP_DAYS = env_int("BRIDGE_WORKTREE_KEEP_DAYS", 7, minimum=0)
+BRIDGE_WORKTREE_ROOTS = env_list("BRIDGE_WORKTREE_ROOTS", [], sep=os.pathsep)
+BRIDGE_GIT_AUTHOR = os.environ.get("BRIDGE_GIT_AUTHOR", "").strip() or "Bridge <bridge@localhost>"
 BRIDGE_STDERR_TAIL_BYTES = env_int("BRIDGE_STDERR_TAIL_BYTES", 64 * 1024, minimum=1024)
 BRIDGE_KILL_GRACE_S = env_int("BRIDGE_KILL_GRACE_S", 5, minimum=0)
 # How agents are started and stopped (jobs/processes): auto = the OS's own backend; portable = psutil only.

@@ -15,11 +15,13 @@ from jobs.core.access import DEFAULT_SCOPE, Caller, Scope
 from jobs.core.vocabulary import (
     TERMINAL_STATUSES,
     Agent,
+    ChangesState,
     DecidedVia,
     PermissionMode,
     PermissionStatus,
     Source,
     Status,
+    WorktreeState,
     choices,
 )
 
@@ -201,6 +203,19 @@ class Task(models.Model):
     # Bridge's own tasks: the constraint's index then holds imported tasks only, and a lookup by id uses it on SQLite
     # too (a partial index serves `legacy_id = ?` only when its condition is `IS NOT NULL`).
     legacy_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001  (see above)
+    # Isolated (`isolation: "worktree"`): the git worktree its agent works in, made by the supervisor that runs it; a
+    # follow-up in the same session runs in the same one. NULL: the agent works in the cwd itself. No constraint and
+    # no index of its own (the partial index below serves it): SQLite then adds and drops the column in place, where
+    # it would rebuild the task table and lose the triggers that keep jobs_taskcount (0006).
+    worktree = models.ForeignKey(
+        "Worktree",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="tasks",
+        db_constraint=False,
+        db_index=False,
+    )
 
     objects = TaskQuerySet.as_manager()
 
@@ -214,6 +229,7 @@ class Task(models.Model):
             # resumes took 1-11 ms with them, 0.2-3 s without (each queued one read every task of its agent).
             models.Index(fields=["agent", "resume_session_id", "status"], name="task_active_resuming"),
             models.Index(fields=["session", "status"], name="task_active_in_session"),
+            models.Index(fields=["worktree"], condition=models.Q(worktree__isnull=False), name="task_isolated"),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -232,6 +248,56 @@ class Task(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+
+class Worktree(models.Model):
+    """A git worktree Bridge made for an isolated task, on a branch of its own (jobs/workspace/worktrees.py). It lives
+    on the host whose supervisor made it (`machine`), which alone merges, discards and prunes it."""
+
+    base_ref = models.CharField(max_length=200, blank=True)  # what the planner asked it to start from ("" = HEAD)
+    # Filled in when the supervisor makes it (state `planned` until then):
+    repo = models.TextField(blank=True)  # the user's repository (its main working tree's top level)
+    path = models.TextField(blank=True)  # the worktree's directory
+    branch = models.CharField(max_length=200, blank=True)
+    base_branch = models.CharField(max_length=200, blank=True)
+    base_commit = models.CharField(max_length=64, blank=True)
+    relative_cwd = models.TextField(blank=True)  # the task's cwd relative to the repository's top level
+    machine = models.CharField(max_length=64, blank=True)  # settings.BRIDGE_MACHINE_ID of the supervisor that made it
+    state = models.CharField(max_length=10, choices=choices(WorktreeState), default=WorktreeState.PLANNED)
+    merged_commit = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    removed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.branch or f"worktree {self.pk} ({self.state})"
+
+
+class TaskChanges(models.Model):
+    """What a task changed in its working directory (jobs/workspace/snapshots.py): the snapshot taken as its agent
+    started, then, once it ended, the files it added, modified, deleted or renamed and their patch, bounded by
+    BRIDGE_CHANGES_MAX_FILES and BRIDGE_CHANGES_MAX_BYTES (`truncated`, `left_out`)."""
+
+    task = models.OneToOneField(Task, on_delete=models.CASCADE, primary_key=True, related_name="changes")
+    machine = models.CharField(
+        max_length=64
+    )  # the data dir whose store holds the snapshot (settings.BRIDGE_MACHINE_ID)
+    snapshot = models.JSONField(default=dict)
+    state = models.CharField(max_length=12, choices=choices(ChangesState), default=ChangesState.PENDING)
+    kind = models.CharField(max_length=10, blank=True)  # git, manifest, or none
+    base = models.CharField(max_length=64, blank=True)
+    files = models.JSONField(default=list)
+    patch = models.TextField(blank=True)
+    truncated = models.BooleanField(default=False)
+    left_out = models.TextField(blank=True)
+    reason = models.TextField(blank=True)  # unavailable: why nothing could be recorded
+    files_changed = models.IntegerField(default=0)  # the whole count, also when `files` was cut
+    lines_added = models.IntegerField(default=0)
+    lines_removed = models.IntegerField(default=0)
+    started_at = models.DateTimeField(auto_now_add=True)
+    recorded_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.task_id}: {self.state}"
 
 
 class TaskCount(models.Model):

@@ -30,7 +30,7 @@ FAKES = Path(__file__).parent / "fakes"
 IN_CI = bool(os.environ.get("CI"))
 POSTGRES_URL = os.environ.get("BRIDGE_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/bridge")
 
-# The MCP tools Bridge serves: the older bridge's seven, then Claude's and the decision tools.
+# The MCP tools Bridge serves: the older bridge's seven, then Claude's, the decision tools and the changes' tools.
 TOOLS = {
     "hermes_run",
     "hermes_resume",
@@ -44,6 +44,9 @@ TOOLS = {
     "task_cancel",
     "permissions_pending",
     "permission_decide",
+    "task_changes",
+    "task_merge",
+    "task_discard",
 }
 
 

@@ -5,6 +5,14 @@ Each change is committed together with the events that describe it, and only the
 Callers use `from jobs import actions` and `actions.<name>`; the names below are the whole service layer.
 """
 
+from jobs.actions.changes import (
+    begin_changes,
+    changes_data,
+    changes_since,
+    record_changes,
+    settle_pending_changes,
+    take_snapshot,
+)
 from jobs.actions.events import append_events, event_data, events_since, parse_seq, read_transcript, status_event
 from jobs.actions.imports import (
     DEFAULT_HBRIDGE_TASKS,
@@ -86,6 +94,15 @@ from jobs.actions.workers import (
     worker_data,
     worker_is_alive,
 )
+from jobs.actions.worktrees import (
+    discard_worktree,
+    enter_worktree,
+    left_out_note,
+    live_worktree_paths,
+    merge_worktree,
+    prune_worktrees,
+    worktree_data,
+)
 
 __all__ = [
     "AGENT_OPTIONS",
@@ -110,6 +127,19 @@ __all__ = [
     "append_lines",
     "ask_to_hand_over",
     "argv_value",
+    "live_worktree_paths",
+    "left_out_note",
+    "worktree_data",
+    "prune_worktrees",
+    "merge_worktree",
+    "enter_worktree",
+    "discard_worktree",
+    "take_snapshot",
+    "settle_pending_changes",
+    "record_changes",
+    "changes_since",
+    "changes_data",
+    "begin_changes",
     "cancel_open_permissions",
     "cancel_permission",
     "check_identity",

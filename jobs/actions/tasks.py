@@ -17,6 +17,7 @@ from jobs.actions.events import append_events, status_event
 from jobs.actions.liveness import live_supervisors, settle_if_orphaned
 from jobs.actions.runs import release_session, tell_why_queued
 from jobs.actions.workers import served_cwd, wait_reason
+from jobs.actions.worktrees import worktree_for
 from jobs.agents import hermes_skills
 from jobs.core import doorbell, paths
 from jobs.core.errors import Conflict, ErrorCode, InvalidInput, NotFound, QueueFull, Refused
@@ -110,6 +111,8 @@ class TaskSpec:
     source: str = Source.API
     created_by: str = ""
     target: str = ""  # a supervisor name, host or label to run on; "" = any supervisor that serves the cwd
+    isolation: str = ""  # "worktree": a git worktree of its own; "none"; "": the default for its cwd
+    base: str = ""  # what an isolated task's worktree starts from: a branch, tag or commit ("" = HEAD)
 
 
 def argv_value(name: str, value: object) -> str:
@@ -337,6 +340,7 @@ def create_task(spec: TaskSpec, *, dedupe_key: str = "") -> Task:
     cwd, session = task_cwd_and_session(spec)
     resume_id = (spec.resume_session_id or "").strip()
     target = checked_target(spec, session)
+    worktree = worktree_for(spec.isolation, spec.base.strip(), cwd, session)
     workers = live_supervisors()
     waits_because = wait_reason(str(cwd), target, spec.agent, workers)  # "" when a live supervisor can run it
 
@@ -349,6 +353,8 @@ def create_task(spec: TaskSpec, *, dedupe_key: str = "") -> Task:
                 " try again when some have finished",
                 queued=queued,
             )
+        if worktree is not None and worktree.pk is None:
+            worktree.save()
         task = Task.objects.create(
             agent=spec.agent,
             prompt=prompt,
@@ -363,6 +369,7 @@ def create_task(spec: TaskSpec, *, dedupe_key: str = "") -> Task:
             dedupe_key=dedupe_key,
             target=target,
             wait_reason=waits_because,
+            worktree=worktree,
         )
         if resume_id and tell_why_queued(Task.objects.filter(pk=task.pk), workers):
             rows.refresh(task)  # it follows a task of its session, and says so

@@ -49,6 +49,13 @@ class ErrorCode(StrEnum):
     DATABASE_BUSY = "database_busy"
     STORAGE_FULL = "storage_full"
     DATABASE_UNAVAILABLE = "database_unavailable"
+    NOT_A_REPOSITORY = "not_a_repository"
+    NOT_ISOLATED = "not_isolated"
+    WORKTREE_GONE = "worktree_gone"
+    WORKTREE_ELSEWHERE = "worktree_elsewhere"
+    MERGE_CONFLICT = "merge_conflict"
+    CHECKOUT_NOT_CLEAN = "checkout_not_clean"
+    NOTHING_TO_MERGE = "nothing_to_merge"
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,24 @@ MEANINGS: dict[ErrorCode, Meaning] = {
     ErrorCode.DATABASE_UNAVAILABLE: Meaning(
         503, "the database cannot be used or is not migrated; the message names the setting, the path and the fix"
     ),
+    ErrorCode.NOT_A_REPOSITORY: Meaning(
+        400,
+        '`isolation: "worktree"` for a cwd in no git repository with a commit (or an unknown `base`); nothing starts',
+    ),
+    ErrorCode.NOT_ISOLATED: Meaning(409, "merge or discard of a task that ran without a worktree of its own"),
+    ErrorCode.WORKTREE_GONE: Meaning(
+        409, "the task's worktree was merged, discarded or pruned already (the state says)"
+    ),
+    ErrorCode.WORKTREE_ELSEWHERE: Meaning(
+        409, "the task's worktree is on another host (named): merge or discard it through that host's Bridge"
+    ),
+    ErrorCode.MERGE_CONFLICT: Meaning(
+        409, "the task's branch and the base branch changed the same lines (`files` names them): nothing was changed"
+    ),
+    ErrorCode.CHECKOUT_NOT_CLEAN: Meaning(
+        409, "the base branch's checkout has changes the merge would overwrite (`files`): nothing was changed"
+    ),
+    ErrorCode.NOTHING_TO_MERGE: Meaning(409, "the task's worktree and branch hold nothing the base branch lacks"),
 }
 
 
@@ -136,6 +161,12 @@ class BridgeError(Exception):
             self.http_status = MEANINGS[self.code].http_status
         if http_status is not None:
             self.http_status = http_status
+
+    @property
+    def files(self) -> list[str]:
+        """The files it concerns (a merge's conflicts), which every interface names: `files` in its detail."""
+        named = self.detail.get("files")
+        return [str(name) for name in named] if isinstance(named, list) else []
 
     def as_dict(self) -> dict:
         """The JSON body every adapter sends: {"error": message, "code": code, **detail}."""

@@ -145,12 +145,17 @@ def readable_roots() -> list[Path]:
     return allowed_roots() + [root.resolve() for root in settings.BRIDGE_READ_ROOTS]
 
 
-def resolve_readable(raw: str) -> Path:
-    """Return the real path a planner may read, or raise: inside the readable roots unless BRIDGE_READ_ANYWHERE."""
+def resolve_readable(raw: str, worktrees: Sequence[Path] = ()) -> Path:
+    """Return the real path a planner may read, or raise: inside the readable roots unless BRIDGE_READ_ANYWHERE, or
+    inside one of `worktrees` (the live worktrees of isolated tasks, which live in Bridge's data dir)."""
     candidate = expanded("path", check_path_text("path", raw or "").strip())
     if not str(raw or "").strip() or not candidate.is_absolute():
         raise InvalidInput(f"path must be an absolute path, got {raw!r}")
     resolved = resolved_or_refused("path", candidate)
+    if is_inside(resolved, list(worktrees)):
+        if not resolved.exists():
+            raise NotFound(f"path {str(resolved)!r} does not exist")
+        return resolved
     roots = readable_roots()
     if not settings.BRIDGE_READ_ANYWHERE and not is_inside(resolved, roots):
         raise Refused(

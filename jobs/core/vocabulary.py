@@ -87,6 +87,34 @@ class DecidedVia(StrEnum):
     SUPERVISOR = "supervisor"
 
 
+class Isolation(StrEnum):
+    """Where a task's agent works: in the directory asked for, or in a git worktree of its own on a branch
+    `bridge/<id>`, to merge or discard afterwards (docs/architecture.md, "Changes and worktrees")."""
+
+    NONE = "none"
+    WORKTREE = "worktree"
+
+
+class ChangesState(StrEnum):
+    """How far a task's record of what it changed has got: its start snapshot is taken (`pending` until the end is
+    compared with it), the changes are `recorded`, or they could not be (`unavailable`, with the reason)."""
+
+    PENDING = "pending"
+    RECORDED = "recorded"
+    UNAVAILABLE = "unavailable"
+
+
+class WorktreeState(StrEnum):
+    """A task's worktree: `planned` until the supervisor that runs its task makes it, then `live` until it is merged,
+    discarded, or pruned BRIDGE_WORKTREE_KEEP_DAYS after its task ended."""
+
+    PLANNED = "planned"
+    LIVE = "live"
+    MERGED = "merged"
+    DISCARDED = "discarded"
+    PRUNED = "pruned"
+
+
 def choices(words: type[StrEnum]) -> list[tuple[str, str]]:
     """(value, label) pairs for a Django field or form; the label is the value where a word has none of its own."""
     return [(word.value, getattr(word, "label", word.value.capitalize())) for word in words]

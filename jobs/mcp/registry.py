@@ -38,7 +38,7 @@ def tool(fn: Callable[..., Awaitable[str]]) -> Callable[..., Awaitable[str]]:
         except ErrorReport as exc:
             return _flagged(str(exc))
         except BridgeError as exc:
-            return _flagged(replies.error(exc.message, exc.code, refused=isinstance(exc, Refused)))
+            return _flagged(replies.error(exc.message, exc.code, refused=isinstance(exc, Refused), files=exc.files))
         except Exception as exc:
             refusal = temporary_refusal(exc)
             if refusal is not None:

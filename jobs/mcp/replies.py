@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -23,8 +24,8 @@ from jobs.agents.hermes_skills import Skill, SkillLibrary
 from jobs.core.errors import ErrorCode
 from jobs.core.hints import manage_command
 from jobs.core.terminal import printable
-from jobs.core.vocabulary import Status
-from jobs.models import PermissionRequest, Task, Worker
+from jobs.core.vocabulary import ChangesState, Status, WorktreeState
+from jobs.models import PermissionRequest, Task, Worker, Worktree
 
 STATUS_WORDS = {
     Status.QUEUED: "queued",
@@ -40,6 +41,7 @@ RUNNING_MARKER = "--- OUTPUT SO FAR (tail) ---"  # the older bridge's words, ove
 SHOWN_ID_CHARS = 36  # a UUID as text: a longer job id is shown shortened
 MAX_LISTED_ENTRIES = 500
 MAX_INPUT_CHARS = 2000
+CHANGED_FILES_SHOWN = 20  # the files a finished job's reply names; task_changes lists them all
 CANCEL_REQUESTED = "NOTE: cancel requested; the supervisor is stopping the agent."
 BLOCK_LINE = "| "  # what starts every line inside a block
 LINE_BREAK = re.compile(r"\r?\n")
@@ -114,7 +116,25 @@ def _task_header(task: Task, notes: Sequence[str]) -> list[str]:
         lines.append(f"WAITING: {task.wait_reason}")
     if task.session is not None:
         lines.append(f"SESSION_ID: {task.session.session_id}")
+    if task.worktree is not None:
+        lines.append(worktree_line(task.worktree))
     return lines + usage_lines(task) + list(notes)
+
+
+def worktree_line(worktree: Worktree) -> str:
+    """`WORKTREE:` an isolated job's worktree: its state, branch and where its files are (hermes_read reads them)."""
+    if worktree.state == WorktreeState.PLANNED:
+        return "WORKTREE: planned (made when the job starts)"
+    where = worktree.path if worktree.removed_at is None else "removed"
+    return f"WORKTREE: {worktree.state} {worktree.branch} (base {worktree.base_branch or 'detached'}) {where}"
+
+
+def worktree_done(task: Task, worktree: dict[str, Any]) -> str:
+    """task_merge's and task_discard's reply."""
+    lines = [f"STATUS: {worktree['state']}", f"JOB_ID: {task.public_id}", f"BRANCH: {worktree['branch']}"]
+    if worktree["merged_commit"]:
+        lines.append(f"MERGED_INTO: {worktree['base_branch']} at {worktree['merged_commit']}")
+    return reply(lines)
 
 
 def legacy_id_lines(task: Task) -> list[str]:
@@ -156,12 +176,15 @@ def unfinished_task(task: Task, notes: Sequence[str], *, ahead: int | None, pend
     return reply(lines, framed(RUNNING_MARKER, text_lines(tail), "(no output yet)"))
 
 
-def finished_task(task: Task, notes: Sequence[str], output: str) -> str:
-    """A task that ended: exit code, error, and its output up to BRIDGE_MCP_OUTPUT_CHARS."""
+def finished_task(task: Task, notes: Sequence[str], output: str, changes: dict[str, Any] | None = None) -> str:
+    """A task that ended: exit code, error, what it changed (`actions.changes_data`), and its output up to
+    BRIDGE_MCP_OUTPUT_CHARS."""
     lines = _task_header(task, notes)
     lines.append(f"EXIT_CODE: {task.exit_code if task.exit_code is not None else 'none'}")
     if task.error:
         lines.append(f"ERROR: {task.error}")
+    if changes is not None:
+        lines += changed_lines(changes)
     cap = settings.BRIDGE_MCP_OUTPUT_CHARS
     if len(output) > cap:
         lines.append(
@@ -170,6 +193,41 @@ def finished_task(task: Task, notes: Sequence[str], output: str) -> str:
         )
         output = output[:cap]
     return reply(lines, framed(f"--- {task.agent.upper()} OUTPUT ---", text_lines(output), "(no output)"))
+
+
+def changed_lines(changes: dict[str, Any]) -> list[str]:
+    """`CHANGED:` (how many files and lines), then one `CHANGED_FILE:` line per file, at most CHANGED_FILES_SHOWN;
+    task_changes has them all and the patch. A file's name is the agent's text: reply() shows it on one line."""
+    job_id = changes["task_id"]
+    if changes["state"] != ChangesState.RECORDED:
+        return [f"CHANGED: unknown ({changes['reason'] or changes['state']})"]
+    lines = [f"CHANGED: {changes['files_changed']} file(s), +{changes['lines_added']} -{changes['lines_removed']}"]
+    for change in changes["files"][:CHANGED_FILES_SHOWN]:
+        counts = "binary" if change["binary"] else f"+{change['added']} -{change['removed']}"
+        moved = f" (from {change['old_path']})" if change.get("old_path") else ""
+        lines.append(f"CHANGED_FILE: {change['status']} {change['path']}{moved} {counts}")
+    more = changes["files_changed"] - min(len(changes["files"]), CHANGED_FILES_SHOWN)
+    if more > 0:
+        lines.append(f'CHANGED_MORE: {more} more file(s): task_changes(job_id="{job_id}") lists them all')
+    if changes["files_changed"]:
+        lines.append(f'CHANGED_PATCH: task_changes(job_id="{job_id}") returns the patch')
+    return lines
+
+
+def changes(changes: dict[str, Any], offset: int, limit: int) -> str:
+    """task_changes' reply: the header lines, every file, then a page of the patch as a block."""
+    patch = changes["patch"]
+    page = patch[offset : offset + limit]
+    lines = [f"JOB_ID: {changes['task_id']}", f"CHANGES: {changes['state']}", *changed_lines(changes)]
+    if changes["truncated"]:
+        lines.append(f"TRUNCATED: {changes['left_out']}")
+    lines.append(f"PATCH_CHARS: {len(patch)}")
+    lines.append(f"PATCH_RANGE: {offset}-{offset + len(page)}")
+    if offset + len(page) < len(patch):
+        lines.append(
+            f'PATCH_NEXT: task_changes(job_id="{changes["task_id"]}", offset={offset + len(page)}) for the rest'
+        )
+    return reply(lines, framed("--- PATCH ---", text_lines(page), "(no patch)"))
 
 
 def joined_existing(task: Task) -> str:
@@ -351,9 +409,11 @@ def supervisor_started(pid: int, log_path: Path) -> str:
 # --- errors and notes -----------------------------------------------------------------------------------
 
 
-def error(message: str, code: ErrorCode, *, refused: bool = False) -> str:
-    """Every failed tool's reply: the status word, the message for people, the stable code for programs."""
-    return reply([f"STATUS: {'refused' if refused else 'error'}", f"ERROR: {message}", f"CODE: {code}"])
+def error(message: str, code: ErrorCode, *, refused: bool = False, files: Sequence[str] = ()) -> str:
+    """Every failed tool's reply: the status word, the message for people, the stable code for programs, and the
+    files it concerns (a merge's conflicts), one `FILE:` line each."""
+    lines = [f"STATUS: {'refused' if refused else 'error'}", f"ERROR: {message}", f"CODE: {code}"]
+    return reply([*lines, *(f"FILE: {name}" for name in files)])
 
 
 def unknown_job(job_id: str) -> str:

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 DEFAULT_READ_BYTES = 64 * 1024
 MAX_CAPABILITIES = 500
 MAX_JOBS = 200
+DEFAULT_PATCH_CHARS = 20_000  # a page of a job's patch (task_changes), small enough for a planner's context
+MAX_PATCH_CHARS = 200_000
 
 
 def describe(task: Task, notes: Sequence[str] = ()) -> str:
@@ -40,7 +42,7 @@ def describe(task: Task, notes: Sequence[str] = ()) -> str:
     notes = [_full_log(task), *notes]
     if task.is_terminal:
         output = task.result or reads.output_tail(task, settings.BRIDGE_MCP_OUTPUT_CHARS + 1)
-        return replies.finished_task(task, notes, output)
+        return replies.finished_task(task, notes, output, actions.changes_data(task))
     return replies.unfinished_task(
         task,
         notes,
@@ -83,6 +85,9 @@ def _start(spec: actions.TaskSpec) -> tuple[Task, list[str]]:
     actions.settle_running_tasks()  # never join an identical task whose supervisor is dead
     task, created = actions.create_or_join_task(spec)
     notes = [] if created else [replies.joined_existing(task)]
+    left_out = actions.left_out_note(task) if created else ""
+    if left_out:
+        notes.append(f"NOTE: {left_out}")
     supervisor_note = supervisor_starter.ensure()
     if supervisor_note:
         notes.append(supervisor_note)
@@ -122,13 +127,18 @@ async def hermes_run(
     skills: list[str] | str | None = None,
     toolsets: list[str] | str | None = None,
     target: str | None = None,
+    isolation: Literal["worktree", "none"] | None = None,
+    base: str | None = None,
 ) -> str:
     """Start a Hermes Agent job in cwd (absolute, inside the allowed roots) and wait up to wait_s seconds
     (default 5, at most 150). Returns STATUS/JOB_ID; if still running, collect it later with hermes_status.
     Read STATUS and JOB_ID from the header lines at the top; the agent's output comes last, each line behind `| `.
-    target: run only on the supervisor with this name, host or label (hermes_health lists them); default any."""
+    target: run only on the supervisor with this name, host or label (hermes_health lists them); default any.
+    isolation "worktree": the job works in a git worktree of its own (WORKTREE: in the reply), to land with
+    task_merge or drop with task_discard; base: the branch, tag or commit it starts from (default HEAD)."""
     options = dict(max_turns=max_turns, skills=_listify(skills), toolsets=_listify(toolsets))
-    return await _run(_spec(Agent.HERMES, task, cwd, timeout_s, options, target=target or ""), wait_s)
+    more = dict(target=target or "", isolation=isolation or "", base=base or "")
+    return await _run(_spec(Agent.HERMES, task, cwd, timeout_s, options, **more), wait_s)
 
 
 @tool
@@ -162,6 +172,8 @@ async def claude_run(
     timeout_s: StrictInt | None = None,
     wait_s: float = 5,
     target: str | None = None,
+    isolation: Literal["worktree", "none"] | None = None,
+    base: str | None = None,
 ) -> str:
     """Start a Claude Code job in cwd and wait up to wait_s seconds (default 5, at most 150). With
     permission_mode "approve" its tool requests wait for permission_decide; "bypass" allows them all; Claude Code's
@@ -170,7 +182,8 @@ async def claude_run(
     append_system_prompt: text added to Claude's system prompt. add_dirs: more absolute directories it may work in,
     each inside the allowed roots like cwd.
     The reply has the same shape as hermes_status's: header lines first, the output last behind `| `.
-    target: run only on the supervisor with this name, host or label (hermes_health lists them); default any."""
+    target: run only on the supervisor with this name, host or label (hermes_health lists them); default any.
+    isolation and base as for hermes_run."""
     options = dict(
         model=model,
         max_turns=max_turns,
@@ -179,7 +192,8 @@ async def claude_run(
         append_system_prompt=append_system_prompt,
         add_dirs=add_dirs,
     )
-    spec = _spec(Agent.CLAUDE, task, cwd, timeout_s, options, permission_mode=permission_mode, target=target or "")
+    more = dict(permission_mode=permission_mode, target=target or "", isolation=isolation or "", base=base or "")
+    spec = _spec(Agent.CLAUDE, task, cwd, timeout_s, options, **more)
     return await _run(spec, wait_s)
 
 
@@ -232,6 +246,47 @@ def _job(job_id: str) -> Task:
         if exc.code != ErrorCode.NO_SUCH_TASK:
             raise
         raise NotFound(replies.unknown_job(str(job_id)), code=ErrorCode.NO_SUCH_TASK) from None
+
+
+def _changes(job_id: str, offset: int, max_chars: int) -> str:
+    return replies.changes(actions.changes_data(_job(job_id)), offset, max_chars)
+
+
+@tool
+async def task_changes(job_id: str, offset: int = 0, max_chars: int = DEFAULT_PATCH_CHARS) -> str:
+    """What a job changed in its working directory: `CHANGED:` counts, one `CHANGED_FILE:` line per file (status,
+    path relative to its cwd, lines added and removed), then a page of the unified patch under `--- PATCH ---`, each
+    line behind `| `, from `offset` (characters), at most max_chars; `PATCH_NEXT:` names the call for the rest."""
+    if offset < 0:
+        raise InvalidInput(f"offset must be 0 or more, not {offset}")
+    if max_chars < 1:
+        raise InvalidInput(replies.at_least_one("max_chars", max_chars))
+    return await in_db(_changes)(job_id, offset, min(max_chars, MAX_PATCH_CHARS))
+
+
+def _merge(job_id: str, strategy: str, message: str) -> str:
+    task = _job(job_id)
+    return replies.worktree_done(task, actions.merge_worktree(task, strategy, message))
+
+
+@tool
+async def task_merge(job_id: str, strategy: Literal["merge", "squash"] = "merge", message: str = "") -> str:
+    """Land an isolated job's work (isolation "worktree") on the branch it started from: its worktree is committed
+    on its branch, then merged ("merge": a merge commit) or squashed ("squash": one commit) into the base branch;
+    the worktree and branch are then removed. A conflict, or changes in your checkout that the merge would overwrite,
+    is refused (CODE: merge_conflict / checkout_not_clean, a FILE: line each) and nothing anywhere is changed."""
+    return await in_db(_merge)(job_id, strategy, message)
+
+
+def _discard(job_id: str) -> str:
+    task = _job(job_id)
+    return replies.worktree_done(task, actions.discard_worktree(task))
+
+
+@tool
+async def task_discard(job_id: str) -> str:
+    """Throw away an isolated job's work: its worktree and its branch are removed."""
+    return await in_db(_discard)(job_id)
 
 
 def _jobs(limit: int) -> str:
@@ -300,7 +355,7 @@ async def permission_decide(
 
 
 def _read(path: str, max_bytes: int, notes: list[str]) -> str:
-    target = full_log.readable(path) or paths.resolve_readable(path)
+    target = full_log.readable(path) or paths.resolve_readable(path, actions.live_worktree_paths())
     if target.is_dir():
         return replies.directory(target, sorted(target.iterdir(), key=lambda p: p.name), notes)
     if not target.is_file():

@@ -154,7 +154,7 @@ class TailReader(threading.Thread):
 class Write:
     """One write a run owes the database, in the agent's order."""
 
-    kind: str  # "spawned", "session", "events", "ask", "withdraw", "close_asks" or "delivered"
+    kind: str  # "snapshot", "spawned", "session", "events", "ask", "withdraw", "close_asks", "delivered" or "changes"
     payload: Any
     tried: bool = False  # a try failed: it may have been committed all the same, so look before writing it again
     after: int = 0  # the last seq this run had seen written when it was first tried: it would lie after that
@@ -512,6 +512,10 @@ class Recorder:
             actions.cancel_permission(task, write.payload, "the agent withdrew the request")  # only if pending
         elif write.kind == "delivered":
             actions.mark_delivered(write.payload)
+        elif write.kind == "snapshot":
+            actions.begin_changes(task, write.payload)  # update-or-create: as good twice as once
+        elif write.kind == "changes":
+            actions.record_changes(task, write.payload)  # only while pending: its event is written once
 
     def _append_output(self, write: Write) -> None:
         """A batch's events and the lines they came from: both, or neither."""

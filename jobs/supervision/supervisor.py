@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -38,6 +39,7 @@ from jobs.supervision.recording import (
 )
 from jobs.supervision.runners import runner_for
 from jobs.supervision.runners.base import Decision, Runner, RunSpec, Step
+from jobs.workspace.snapshots import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +64,13 @@ REAP_WAIT_S = 5.0  # how long an abandoned run waits for its killed agent's exit
 
 
 # --- plain data for the runners ---------------------------------------------------------------------------------
-def run_spec(task: Task) -> RunSpec:
-    """What the task's runner may read: a copy, so runners never touch the models."""
+def run_spec(task: Task, cwd: Path) -> RunSpec:
+    """What the task's runner may read: a copy, so runners never touch the models. `cwd` is where its agent works:
+    the task's cwd checked again, or the same place in its worktree."""
     return RunSpec(
         agent=task.agent,
         prompt=task.prompt,
-        cwd=str(task.cwd),
+        cwd=str(cwd),
         permission_mode=task.permission_mode,
         options=dict(task.options or {}),
         resume_session_id=task.resume_session_id,
@@ -234,6 +237,8 @@ class TaskRun(threading.Thread):
         self.give_up = threading.Event()  # the drain is over: a write that fails now is not tried again
         # the permission requests the agent waits on, until the answer is passed on or the ask withdrawn
         self.open_asks: set[str] = set()
+        # the working directory as the agent started in it, to record what the run changed (jobs/actions/changes.py)
+        self.snapshot: Snapshot | None = None
 
     @property
     def agent(self) -> Agent:
@@ -309,7 +314,8 @@ class TaskRun(threading.Thread):
 
     def _run(self) -> None:
         try:
-            spawned = self._spawn(runner_for(run_spec(self.task)))
+            cwd = self._working_dir()
+            spawned = cwd is not None and self._spawn(runner_for(run_spec(self.task, cwd)), cwd)
         finally:
             self.agent_started.set()
         if not spawned:
@@ -319,23 +325,35 @@ class TaskRun(threading.Thread):
             self._finish()
 
     # --- the phases -------------------------------------------------------------------------------------------
-    def _spawn(self, runner: Runner) -> bool:
-        """Start the child and its readers; False when it could not start (then the task is recorded as failed).
+    def _working_dir(self) -> Path | None:
+        """Where the agent works; None when it cannot (then the task is recorded as failed, nothing run).
 
         The cwd and added directories are confined again here, against the roots as they are now: one may have been
-        swapped for a symlink since the task was created. The agent starts in the real directory that was checked,
-        not the stored text."""
-        agent_argv = runner.argv()
+        swapped for a symlink since the task was created. The agent works in the real directory that was checked, not
+        the stored text, or at the same place in its worktree when the task is isolated (made here, now)."""
         try:
             cwd = paths.confine_task_dirs(self.task.cwd, (self.task.options or {}).get("add_dirs") or [])
         except BridgeError as exc:
             error = f"the {exc.detail.get('field', 'cwd')}, checked again at start: {exc.message}. Nothing was run."
             self._record_end(status=Status.FAILED, error=error)
-            return False
+            return None
+        try:
+            return actions.enter_worktree(self.task, cwd)
+        except BridgeError as exc:
+            self._record_end(status=Status.FAILED, error=f"its worktree: {exc.message}. Nothing was run.")
+            return None
+
+    def _spawn(self, runner: Runner, cwd: Path) -> bool:
+        """Start the child and its readers in `cwd`; False when it could not start (then the task is recorded as
+        failed). What `cwd` holds now is kept first, to record what the run changed."""
+        agent_argv = runner.argv()
+        self.snapshot = actions.take_snapshot(self.task, cwd)
+        self.rec.add("snapshot", self.snapshot)
+        shown = paths.allowed_roots() + ([Path(self.task.worktree.path)] if self.task.worktree else [])
         try:
             env, with_stdin, tag = runner.env(), runner.uses_stdin, str(self.task.public_id)
             argv = processes.agent_sandbox().wrap(
-                agent_argv, path=env.get("PATH"), hidden=[settings.DATA_DIR], shown=paths.allowed_roots()
+                agent_argv, path=env.get("PATH"), hidden=[settings.DATA_DIR], shown=shown
             )
             proc = processes.spawn(argv, cwd=cwd, env=env, stdin_pipe=with_stdin, tag=tag)
         except OSError as exc:
@@ -396,6 +414,8 @@ class TaskRun(threading.Thread):
         stderr_tail = agent.stderr.text()
         self._handle(agent.runner.on_exit(stderr_tail), 0)
         self.rec.end_transcript()
+        if self.snapshot is not None:
+            self.rec.add("changes", actions.changes_since(self.snapshot))
         outcome = agent.runner.outcome(agent.proc.returncode, stderr_tail)
         if self.stopping is not None and self.stopping.status is not None:
             outcome.status, outcome.error = self.stopping.status, self.stopping.reason
@@ -877,8 +897,12 @@ class Supervisor:
             log.error("task %s: %s", task.public_id, error)
 
     def reap_orphans(self) -> None:
-        """Tasks left running by a supervisor that is gone cannot be managed any more: say so, keep their events."""
+        """Tasks left running by a supervisor that is gone cannot be managed any more: say so, keep their events. And
+        record what the ended tasks whose snapshot this machine holds changed, where their runs could not, and remove
+        this machine's worktrees kept past BRIDGE_WORKTREE_KEEP_DAYS."""
         actions.orphan_others(self.worker)
+        actions.settle_pending_changes()
+        actions.prune_worktrees()
 
     def _look_for_news_while_draining(self) -> None:
         """The sweep's safety net goes on while running tasks drain: a decision whose ring was lost still reaches its

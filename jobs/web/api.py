@@ -284,6 +284,15 @@ class CreateTaskIn(Strict):
         description="Run only on the supervisor with this name, host or label (GET /v1/workers); default: any; a "
         "follow-up of a session Bridge ran defaults to the supervisor that ran it.",
     )
+    isolation: Literal["worktree", "none"] | None = Field(
+        None,
+        description="worktree: the agent works in a git worktree of its own, on a branch bridge/<id>, to merge or "
+        "discard afterwards (POST /v1/task/merge, /v1/task/discard); the cwd must be in a git repository. none: in "
+        "the cwd itself. Default: worktree under BRIDGE_WORKTREE_ROOTS, else none. A follow-up runs in its session's.",
+    )
+    base: StrictStr | None = Field(
+        None, max_length=MAX_ARGV_CHARS, description="worktree only: the branch, tag or commit it starts from (HEAD)."
+    )
 
 
 class CreateTaskOut(Schema):
@@ -295,6 +304,8 @@ class CreateTaskOut(Schema):
         description="Why it cannot start yet, other than the queue ahead of it (e.g. no live supervisor can run its "
         'agent: what stops each, and the fix); "" when nothing holds it back.',
     )
+    worktree: dict | None = Field(None, description="An isolated task's worktree (its state, branch, path once made).")
+    note: str = Field("", description="What the planner should know, e.g. uncommitted changes not in the worktree.")
 
 
 TaskId = Annotated[
@@ -377,10 +388,16 @@ def create_task(request: HttpRequest, payload: CreateTaskIn):
         source="api",
         created_by=caller(request).name,
         target=payload.target or "",
+        isolation=payload.isolation or "",
+        base=payload.base or "",
     )
     tokens.check_creates(caller(request), spec)
     task = actions.create_task(spec)
-    return hbridge.created_reply(str(task.public_id), task.status) | {"wait_reason": task.wait_reason}
+    return hbridge.created_reply(str(task.public_id), task.status) | {
+        "wait_reason": task.wait_reason,
+        "worktree": actions.worktree_data(task.worktree),
+        "note": actions.left_out_note(task),
+    }
 
 
 @api.post("/task/cancel", auth=NEEDS_RUN, response=answers(dict, WRITE_ONE), summary="Cancel a queued or running task")
@@ -465,6 +482,7 @@ def task_detail(request: HttpRequest, task_id: str = Query(..., min_length=1, ma
         "cancel_requested": task.cancel_requested_at is not None,
         "last_seq": task.last_seq,
         "pending_permissions": [permission_out(p) for p in actions.pending_permissions(task)],
+        "worktree": actions.worktree_data(task.worktree),
     }
 
 
@@ -575,3 +593,78 @@ def task_transcript(
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
+
+
+class FileChangeOut(Schema):
+    path: str = Field(description="Relative to the task's working directory, with forward slashes.")
+    status: Literal["added", "modified", "deleted", "renamed"]
+    added: int = Field(description="Lines added (0 for a binary file).")
+    removed: int = Field(description="Lines removed (0 for a binary file).")
+    binary: bool
+    old_path: str = Field("", description="Renamed: where it was.")
+
+
+class ChangesOut(Schema):
+    task_id: str
+    state: Literal["none", "pending", "recorded", "unavailable"] = Field(
+        description="none: no snapshot was taken (the agent has not started, or never did); pending: taken, the task "
+        "has not ended; recorded; unavailable: nothing could be recorded (see reason)."
+    )
+    kind: str = Field(description="How: git (a tree of the working state) or manifest (outside git).")
+    base: str = Field(description="git: the id of the tree the changes are against.")
+    files: list[FileChangeOut] = Field(description="At most BRIDGE_CHANGES_MAX_FILES, sorted by path.")
+    patch: str = Field(description="The unified diff of the text files, at most BRIDGE_CHANGES_MAX_BYTES.")
+    truncated: bool
+    left_out: str = Field(description="What the limits left out, in words; empty when nothing was.")
+    reason: str = Field(description="Why nothing is (or not yet) recorded; empty when it is.")
+    files_changed: int = Field(description="All the files changed, those past the list too.")
+    lines_added: int
+    lines_removed: int
+    recorded_at: str | None
+
+
+@api.get("/task/changes", auth=NEEDS_READ, response=answers(ChangesOut, READ_ONE), summary="What the task changed")
+def task_changes(request: HttpRequest, task_id: str = Query(..., min_length=1, max_length=MAX_TASK_ID_CHARS)):
+    """The files the task added, modified, deleted or renamed in its working directory, and their patch, compared
+    with the snapshot taken as its agent started."""
+    return actions.changes_data(seen_task(request, task_id))
+
+
+class MergeIn(Strict):
+    task_id: TaskId
+    strategy: Literal["merge", "squash"] = Field(
+        "merge", description="merge: a merge commit on the base branch; squash: the task's work as one commit."
+    )
+    message: StrictStr = Field(
+        "",
+        max_length=MAX_SYSTEM_PROMPT_CHARS,
+        description="The commit message (default: the prompt's first line and the task id).",
+    )
+
+
+class WorktreeOut(Schema):
+    task_id: str
+    worktree: dict
+
+
+@api.post(
+    "/task/merge", auth=NEEDS_RUN, response=answers(WorktreeOut, WRITE_ONE), summary="Land an isolated task's work"
+)
+def merge_task(request: HttpRequest, payload: MergeIn):
+    """Commit the task's worktree on its branch and land it on the base branch; the worktree and branch are then
+    removed. A conflict (409 merge_conflict) or a base checkout with changes the merge would overwrite (409
+    checkout_not_clean) names the files, and nothing anywhere is changed."""
+    task = seen_task(request, payload.task_id)
+    return {"task_id": str(task.public_id), "worktree": actions.merge_worktree(task, payload.strategy, payload.message)}
+
+
+@api.post(
+    "/task/discard",
+    auth=NEEDS_RUN,
+    response=answers(WorktreeOut, WRITE_ONE),
+    summary="Throw away an isolated task's work",
+)
+def discard_task(request: HttpRequest, payload: TaskIdIn):
+    """Remove the task's worktree and its branch."""
+    task = seen_task(request, payload.task_id)
+    return {"task_id": str(task.public_id), "worktree": actions.discard_worktree(task)}

@@ -32,6 +32,9 @@ TOOL_SCOPES: dict[str, Scope] = {
     "claude_run": Scope.RUN,
     "claude_resume": Scope.RUN,
     "task_cancel": Scope.RUN,
+    "task_changes": Scope.READ,
+    "task_merge": Scope.RUN,
+    "task_discard": Scope.RUN,
     "permission_decide": Scope.DECIDE,
 }
 

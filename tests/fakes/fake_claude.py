@@ -7,6 +7,9 @@ floods, signals) fast and deterministic. The prompt is a small script, one comma
     ask TOOL JSON            a can_use_tool request; waits for the answer; "Bash" with {"command"} runs it if allowed
     ask2 TOOL JSON JSON      two requests pending at once
     sleep SECONDS            (interruptible by an interrupt control request)
+    write PATH TEXT          the file PATH (relative to the cwd) holds TEXT (`\\n` for a newline) and a newline
+    delete PATH              remove the file PATH
+    cat PATH                 an assistant text block with the file's text (the result, unless more is said)
     flood LINES BYTES        LINES assistant text lines of BYTES characters each
     bigline BYTES            one stdout line of BYTES characters
     nonjson TEXT             a line that is not JSON
@@ -35,6 +38,7 @@ import tempfile
 import threading
 import time
 import uuid
+from pathlib import Path
 
 inbox: queue.Queue = queue.Queue()
 SESSION = sys.argv[sys.argv.index("--resume") + 1] if "--resume" in sys.argv else str(uuid.uuid4())
@@ -259,6 +263,15 @@ def run_script(prompt: str) -> None:
         elif command == "spawn-escapee":
             child = subprocess.Popen(["sleep", "300"], start_new_session=True)
             assistant_text(f"escapee {child.pid}")
+        elif command == "write":  # write <path> <text>: the file in the cwd holds text (\n: a newline) and a newline
+            name, _, text = rest.partition(" ")
+            Path(name).parent.mkdir(parents=True, exist_ok=True)
+            Path(name).write_text(text.replace("\\n", "\n") + "\n")
+        elif command == "delete":
+            Path(rest).unlink()
+        elif command == "cat":
+            last_text = Path(rest).read_text()
+            assistant_text(last_text)
         elif command == "error":
             result(True, rest)
             return

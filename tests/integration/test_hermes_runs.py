@@ -65,7 +65,7 @@ def test_a_task_of_any_accepted_size_reaches_oneshot_hermes_on_stdin_not_in_argv
     assert "stdin: devnull" in task.result, "Hermes itself still gets /dev/null as stdin"
     spawned = next(e.data for e in actions.events_since(task) if e.kind == "spawned")
     cmdline = json.loads(next(ln for ln in task.result.splitlines() if ln.startswith("cmdline: "))[9:])
-    assert cmdline == spawned["argv"] == HermesOneShotRunner(run_spec(task)).argv()
+    assert cmdline == spawned["argv"] == HermesOneShotRunner(run_spec(task, Path(task.cwd))).argv()
     assert marker not in json.dumps(cmdline) and len(json.dumps(cmdline)) < 1000
 
 

@@ -100,8 +100,11 @@ def test_tools_schemas_and_instructions_over_stdio(mcp_env):
         "skills",
         "toolsets",
         "target",
+        "isolation",
+        "base",
     ]
-    assert list(schemas["claude_run"]["properties"])[-1] == "target"
+    assert list(schemas["claude_run"]["properties"])[-3:] == ["target", "isolation", "base"]
+    assert schemas["hermes_run"]["properties"]["isolation"]["anyOf"][0]["enum"] == ["worktree", "none"]
     assert schemas["hermes_run"]["properties"]["wait_s"]["default"] == 5
     assert schemas["hermes_status"]["properties"]["wait_s"]["default"] == 30
     assert set(schemas["hermes_resume"]["required"]) == {"session_id", "task"}

@@ -33,6 +33,7 @@ VOCABULARY = {
     ("/v1/task/output", "task.bridge_status"): BRIDGE_WORDS,
     ("/v1/task/cancel", "status"): HBRIDGE_WORDS - {hbridge.CREATED},
     ("/v1/task/cancel", "bridge_status"): BRIDGE_WORDS,
+    ("/v1/task/changes", "files.status"): {"added", "modified", "deleted", "renamed"},
 }
 STATUS_KEYS = ("status", "bridge_status", "retrieval_status")
 ASKS = 'ask Bash {"command": "true"}\nsay all done'
@@ -121,6 +122,12 @@ def real_replies(api, work_root) -> dict[str, dict]:
     wait_for(task)
     replies["/v1/task/events"] = api("/v1/task/events", task_id=str(task.public_id), since=0)
     replies["/v1/task/output"] = api("/v1/task/output", task_id=str(task.public_id))
+    (work_root / "edited.txt").write_text("one\n")
+    edits = api(
+        "/v1/task/create", {"prompt": "write edited.txt two", "cwd": str(work_root), "permission_mode": "bypass"}
+    )
+    wait_for(Task.objects.get(public_id=edits["task_id"]))
+    replies["/v1/task/changes"] = api("/v1/task/changes", task_id=edits["task_id"])
 
     slow = api("/v1/task/create", {"prompt": "sleep 30", "cwd": str(work_root), "permission_mode": "bypass"})
     wait_for(Task.objects.get(public_id=slow["task_id"]), lambda t: t.status == Status.RUNNING)

@@ -15,14 +15,20 @@ from django.core.management import CommandError, call_command
 from django.urls import resolve
 
 from jobs.integrations import tool_configs
-from jobs.web.api import CreateTaskIn, PermissionIn, TaskIdIn
+from jobs.web.api import CreateTaskIn, MergeIn, PermissionIn, TaskIdIn
 from tests.support import MANAGE_PY, TOKEN
 
 # Each test's own data dir: the address runbridge records and the skill's backups are read and written there.
 pytestmark = pytest.mark.usefixtures("data_dir")
 
 # Every POST example in the skill must be a body its endpoint accepts (the schemas refuse unknown fields).
-BODY_SCHEMAS = {"/v1/task/create": CreateTaskIn, "/v1/task/permission": PermissionIn, "/v1/task/cancel": TaskIdIn}
+BODY_SCHEMAS = {
+    "/v1/task/create": CreateTaskIn,
+    "/v1/task/permission": PermissionIn,
+    "/v1/task/cancel": TaskIdIn,
+    "/v1/task/merge": MergeIn,
+    "/v1/task/discard": TaskIdIn,
+}
 
 
 def install(home: Path, environ: dict, *args: str) -> str:
