@@ -17,8 +17,8 @@ from django.utils.html import format_html, format_html_join
 
 from jobs import actions
 from jobs.core.errors import BridgeError
-from jobs.core.vocabulary import TOKEN_FIELDS
-from jobs.models import AgentSession, ApiToken, PermissionRequest, Task, TaskEvent, Worker
+from jobs.core.vocabulary import TOKEN_FIELDS, ChangesState
+from jobs.models import AgentSession, ApiToken, PermissionRequest, Task, TaskChanges, TaskEvent, Worker
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -77,6 +77,26 @@ class PermissionInline(admin.TabularInline):
         return False
 
 
+def changed_files_html(files: list[dict]) -> str:
+    """The changed files as a list, each path as text (an agent names them): status, path, lines."""
+    rows = format_html_join("", "<li>{} <code>{}</code> {}</li>", (_file_row(file) for file in files))
+    return format_html('<ul class="changed-files">{}</ul>', rows)
+
+
+def _file_row(file: dict) -> tuple[str, str, str]:
+    path = f"{file['old_path']} → {file['path']}" if file.get("old_path") else file["path"]
+    lines = "binary" if file.get("binary") else f"+{file.get('added', 0)} −{file.get('removed', 0)}"
+    return file["status"], path, lines
+
+
+def _changes_of(task: Task) -> TaskChanges | None:
+    """The task's record of what it changed, if any (the task keeps it, or its absence, for the next field)."""
+    try:
+        return task.changes
+    except TaskChanges.DoesNotExist:
+        return None
+
+
 @admin.action(description="Cancel selected tasks (through actions.request_cancel)")
 def cancel_tasks(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
     who = f"user:{request.user.get_username()}"
@@ -97,11 +117,24 @@ class TaskAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
     actions = [cancel_tasks]
     inlines = [PermissionInline]
-    readonly_fields = ("live_page", "transcript", "session_total", "how_cost_was_counted")
+    readonly_fields = (
+        "live_page",
+        "transcript",
+        "session_total",
+        "how_cost_was_counted",
+        "changes_state",
+        "changes_counts",
+        "changed_files",
+        "changes_patch",
+    )
     fieldsets = (
         (None, {"fields": ("live_page", "public_id", "status", "agent", "prompt", "cwd", "permission_mode")}),
         ("Run", {"fields": ("created_at", "started_at", "finished_at", "worker", "pid", "exit_code", "timeout_s")}),
         ("Outcome", {"fields": ("result", "error", "stderr_tail", "cancel_reason", "transcript")}),
+        (
+            "Changes in its directory",
+            {"fields": ("changes_state", "changes_counts", "changed_files", "changes_patch")},
+        ),
         (
             "Usage",
             {
@@ -132,6 +165,35 @@ class TaskAdmin(ReadOnlyAdmin):
     def transcript(self, task: Task) -> str:
         url = reverse("admin:jobs_taskevent_changelist") + f"?task__id__exact={task.pk}"
         return format_html('<a href="{}">{} events, paged</a>', url, task.last_seq)
+
+    @admin.display(description="changes")
+    def changes_state(self, task: Task) -> str:
+        """How far the record of what it changed got (jobs/actions/changes.py), and why, where nothing is recorded."""
+        changes = _changes_of(task)
+        if changes is None:
+            return "none recorded: no snapshot was taken of its directory"
+        return f"{changes.state}: {changes.reason}" if changes.reason else changes.state
+
+    @admin.display(description="files and lines")
+    def changes_counts(self, task: Task) -> str:
+        changes = _changes_of(task)
+        if changes is None or changes.state != ChangesState.RECORDED:
+            return "–"
+        counts = f"{changes.files_changed} file(s) changed, +{changes.lines_added} −{changes.lines_removed}"
+        return f"{counts}; not everything is shown: {changes.left_out}" if changes.truncated else counts
+
+    @admin.display(description="files")
+    def changed_files(self, task: Task) -> str:
+        changes = _changes_of(task)
+        return changed_files_html(changes.files) if changes is not None and changes.files else "–"
+
+    @admin.display(description="patch")
+    def changes_patch(self, task: Task) -> str:
+        changes = _changes_of(task)
+        if changes is None or not changes.patch:
+            return "–"
+        style = "max-height: 40em; overflow: auto; white-space: pre; margin: 0"
+        return format_html('<pre class="changes-patch" style="{}">{}</pre>', style, changes.patch)
 
     @admin.display(description="cost (this task)", ordering="cost_usd")
     def own_cost(self, task: Task) -> str:

@@ -4,7 +4,7 @@ import json
 
 from django import forms
 
-from jobs.core.vocabulary import Agent, PermissionMode, choices
+from jobs.core.vocabulary import Agent, Isolation, PermissionMode, choices
 
 
 class NewTaskForm(forms.Form):
@@ -23,6 +23,21 @@ class NewTaskForm(forms.Form):
             (PermissionMode.PLAN, "Claude Code: plan only, ask me before any change"),
         ],
         initial=PermissionMode.APPROVE,
+    )
+    isolation = forms.ChoiceField(
+        label="Where the agent works",
+        choices=[
+            ("", "The default for this directory"),
+            (Isolation.NONE, "In the working directory itself"),
+            (Isolation.WORKTREE, "In a git worktree of its own, to merge or discard afterwards"),
+        ],
+        required=False,
+        help_text="A worktree needs a working directory inside a git repository.",
+    )
+    base = forms.CharField(
+        label="Worktree starts from",
+        required=False,
+        help_text="A branch, tag or commit; empty for the repository's current HEAD.",
     )
     model = forms.CharField(required=False, help_text="Empty for the agent's default model.")
     max_turns = forms.IntegerField(required=False, min_value=1, max_value=10_000)
@@ -58,6 +73,10 @@ class NewTaskForm(forms.Form):
 
 class FollowUpForm(forms.Form):
     prompt = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "placeholder": "What should the agent do next?"}))
+
+
+class MergeForm(forms.Form):
+    strategy = forms.ChoiceField(choices=[("merge", "Merge"), ("squash", "Squash")])
 
 
 class DecisionForm(forms.Form):

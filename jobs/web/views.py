@@ -33,7 +33,7 @@ from jobs.core.hints import manage_command
 from jobs.core.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, PermissionMode, Source, Status, choices
 from jobs.models import PermissionRequest, Task, TaskCount, TaskEvent
 from jobs.web import auth, hbridge, reports
-from jobs.web.forms import DecisionForm, FollowUpForm, NewTaskForm
+from jobs.web.forms import DecisionForm, FollowUpForm, MergeForm, NewTaskForm
 from jobs.web.watching import TaskWatch, on_stream_readers
 
 SSE_BATCH = 500
@@ -224,6 +224,7 @@ def task_page(request: HttpRequest, task_id: str) -> HttpResponse:
         "admin_url": reverse("admin:jobs_task_change", args=[task.pk]),
         "is_terminal": task.is_terminal,
         "session_total": reports.session_total(task.session) if task.session else None,
+        "worktree": actions.worktree_data(task.worktree),
     }
     return render(request, "jobs/task.html", context)
 
@@ -266,6 +267,8 @@ def new_task(request: HttpRequest) -> HttpResponse:
                 options=form.options(),
                 source=Source.WEB,
                 created_by=who.name,
+                isolation=data["isolation"],
+                base=data["base"],
             )
             tokens.check_creates(who, spec)
             task = actions.create_task(spec)
@@ -273,6 +276,9 @@ def new_task(request: HttpRequest) -> HttpResponse:
             form.add_error(None, exc.message)
         else:
             messages.success(request, "Task queued.", extra_tags="transient")  # the page drops it once it runs
+            left_out = actions.left_out_note(task)
+            if left_out:
+                messages.warning(request, left_out)
             return redirect("task-page", task_id=task.public_id)
     roots = [str(root) for root in settings.BRIDGE_ALLOWED_ROOTS]
     return render(request, "jobs/new_task.html", {"form": form, "allowed_roots": roots})
@@ -300,6 +306,38 @@ def follow_up(request: HttpRequest, task_id: str) -> HttpResponse:
     new = actions.continue_task(task, form.cleaned_data["prompt"], source=Source.WEB, created_by=who.name)
     messages.success(request, f"Follow-up queued in the same agent session as task {task.public_id}.")
     return redirect("task-page", task_id=new.public_id)
+
+
+@login_required
+@require_POST
+@page_errors
+def merge_task(request: HttpRequest, task_id: str) -> HttpResponse:
+    """Land an isolated task's work on its base branch. A refusal (a conflict, a checkout the merge would overwrite)
+    is shown on the task page with the files it names: nothing was changed, so the person can act and try again."""
+    _, task = auth.task_for(request, task_id, Scope.RUN)
+    form = MergeForm(request.POST)
+    strategy = form.cleaned_data["strategy"] if form.is_valid() else "merge"
+    try:
+        done = actions.merge_worktree(task, strategy)
+    except BridgeError as exc:
+        messages.error(request, exc.message + (f" Files: {', '.join(exc.files)}." if exc.files else ""))
+    else:
+        messages.success(request, f"Merged into {done['base_branch']} ({done['merged_commit'][:12]}).")
+    return redirect("task-page", task_id=task.public_id)
+
+
+@login_required
+@require_POST
+@page_errors
+def discard_task(request: HttpRequest, task_id: str) -> HttpResponse:
+    _, task = auth.task_for(request, task_id, Scope.RUN)
+    try:
+        actions.discard_worktree(task)
+    except BridgeError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, "Discarded: its worktree and branch are removed.")
+    return redirect("task-page", task_id=task.public_id)
 
 
 @login_required

@@ -318,10 +318,13 @@
       case "ignored_options":
         return line(event.seq, "warning",
           `Not passed to ${agentName}: ${Object.keys(data.options || {}).join(", ")} — ${data.reason}`);
-      case "spawned": return line(event.seq, "system", `Process ${data.pid} started`);
+      case "spawned": // its snapshot was recorded just before: what it changes is pending from now on
+        if (event.seq > renderedSeq) loadChanges();
+        return line(event.seq, "system", `Process ${data.pid} started`);
       case "imported": return line(event.seq, "system imported", importedText(data));
       case "cancel_requested": return line(event.seq, "warning", `Cancel requested by ${data.by || "someone"}: ${data.reason}`);
       case "result": return resultLine(event);
+      case "changes": return changesLine(event);
       case "control_response":
         if (data.subtype !== "error") return null; // the agent acknowledging Bridge's interrupt
         return line(event.seq, "error", `${agentName} refused a request from Bridge: ${data.error || "no reason given"}`);
@@ -469,6 +472,199 @@
   function tick() {
     if (state) document.getElementById("elapsed").textContent = Bridge.duration(state.started_at, state.finished_at);
   }
+
+  // --- The Changes tab: what the task changed in its directory, from GET /v1/task/changes -------------------------
+  // Loaded with the page, and again when an event newer than the page moves the record on: `spawned` (the snapshot is
+  // taken: pending) and `changes` (recorded, or unavailable). The patch is drawn by diff2html
+  // (static/vendor/diff2html/) once its tab is shown; the file list is built as elements, as everything here: a file
+  // name is the agent's text, never markup.
+
+  const tabs = { transcript: document.getElementById("tab-transcript"), changes: document.getElementById("tab-changes") };
+  const renderedSeq = parseInt(root.dataset.renderedSeq, 10) || 0; // events up to it were there when the page was
+  let shownTab = "transcript";
+  let changes = null; // the latest answer
+  let changesAsked = 0; // the latest request: an older answer that arrives after it is dropped
+  let diffDrawn = null; // the answer whose patch #changes-diff shows
+
+  const NOT_RECORDED = { none: "Nothing recorded", pending: "Not recorded yet", unavailable: "Could not be recorded" };
+
+  function selectTab(name) {
+    shownTab = name;
+    for (const [key, tab] of Object.entries(tabs)) {
+      tab.setAttribute("aria-selected", String(key === name));
+      tab.tabIndex = key === name ? 0 : -1;
+      document.getElementById(tab.getAttribute("aria-controls")).hidden = key !== name;
+    }
+    history.replaceState(null, "", name === "changes" ? "#changes" : location.pathname + location.search);
+    if (name === "changes") drawDiff();
+  }
+
+  async function loadChanges() {
+    const asked = ++changesAsked;
+    let answer;
+    try {
+      const response = await fetch(root.dataset.changesUrl, {
+        credentials: "same-origin", headers: { Accept: "application/json" },
+      });
+      answer = await response.json().catch(() => ({}));
+      if (!response.ok) throw new Error(answer.error || `HTTP ${response.status}`);
+    } catch (problem) {
+      if (asked === changesAsked) showChangesProblem(`The changes could not be loaded: ${problem.message}`);
+      return;
+    }
+    if (asked !== changesAsked) return;
+    changes = answer;
+    showChanges();
+  }
+
+  function showChangesProblem(text) {
+    const reason = document.getElementById("changes-reason");
+    document.getElementById("changes-loading").hidden = true;
+    reason.textContent = text;
+    reason.className = "message error";
+    reason.hidden = false;
+  }
+
+  function showChanges() {
+    const recorded = changes.state === "recorded";
+    document.getElementById("changes-loading").hidden = true;
+    const reason = document.getElementById("changes-reason");
+    reason.hidden = recorded;
+    reason.className = "message waiting";
+    reason.dataset.state = changes.state;
+    reason.textContent = recorded ? "" : `${NOT_RECORDED[changes.state] || changes.state}: ${changes.reason}`;
+    const summary = document.getElementById("changes-summary");
+    summary.hidden = !recorded;
+    summary.replaceChildren(...summaryNodes(changes));
+    const truncated = document.getElementById("changes-truncated");
+    truncated.hidden = !changes.truncated;
+    truncated.textContent = `Not everything is shown: ${changes.left_out || "a limit was reached"}`;
+    document.getElementById("changes-files").replaceChildren(...changes.files.map(fileItem));
+    const count = document.getElementById("changes-count");
+    count.hidden = !recorded;
+    count.textContent = changes.files_changed;
+    count.title = `${plural(changes.files_changed, "file")} changed`;
+    offerDownload();
+    if (shownTab === "changes") drawDiff();
+  }
+
+  function plural(n, word) {
+    return `${n} ${word}${n === 1 ? "" : "s"}`;
+  }
+
+  function summaryNodes(c) {
+    if (!c.files_changed) return ["No file was changed."];
+    return [`${plural(c.files_changed, "file")} changed: `, ...lineCounts(c.lines_added, c.lines_removed)];
+  }
+
+  function lineCounts(added, removed) {
+    return [el("span", "lines-added", `+${added}`), " ", el("span", "lines-removed", `−${removed}`)];
+  }
+
+  function fileItem(file) {
+    const item = el("li", `change change-${file.status}`);
+    const moved = file.status === "renamed" && file.old_path;
+    item.append(
+      el("span", "badge small change-status", file.status),
+      el("code", "change-path", moved ? `${file.old_path} → ${file.path}` : file.path),
+    );
+    const lines = el("span", "change-lines");
+    if (file.binary) lines.append(el("span", "badge small change-binary", "binary"));
+    else lines.append(...lineCounts(file.added, file.removed));
+    item.append(lines);
+    return item;
+  }
+
+  // The patch is drawn a batch of files at a time: diff2html takes seconds over a few MiB (a 3.4 MiB patch: ~7 s in
+  // headless Chromium, a batch ~0.5 s), and the page would stall that long. One file's lines are capped too.
+  const DRAWN_AT_ONCE = 256 * 1024; // characters of patch per batch (at least one file)
+  const DIFF2HTML = {
+    drawFileList: false, matching: "lines", outputFormat: "line-by-line", diffMaxChanges: 5000,
+    diffMaxLineLength: 10000, diffTooBigMessage: () => "Too large to draw here: download the patch to read it.",
+  };
+  let undrawn = []; // the patch of each file not drawn yet
+
+  function drawDiff() {
+    if (!changes || diffDrawn === changes) return;
+    diffDrawn = changes;
+    undrawn = unquoteNames(changes.patch).split(/^(?=diff --git )/m).filter(Boolean);
+    document.getElementById("changes-diff").replaceChildren();
+    drawMore();
+  }
+
+  function drawMore() {
+    let batch = "";
+    while (undrawn.length && (!batch || batch.length + undrawn[0].length <= DRAWN_AT_ONCE)) batch += undrawn.shift();
+    if (batch) {
+      const part = el("div", "changes-part");
+      part.innerHTML = Diff2Html.html(batch, DIFF2HTML); // diff2html escapes every name and line it draws
+      document.getElementById("changes-diff").append(part);
+    }
+    const more = document.getElementById("changes-more");
+    more.hidden = !undrawn.length;
+    more.textContent = `Draw ${plural(undrawn.length, "more file")}`;
+  }
+
+  // A patch's header writes a name that holds a quote, a backslash or a control character in C quotes, as git does
+  // ("say \"hi\".txt"; bytes past ASCII too, as octal, where core.quotePath is on), and diff2html shows it as written.
+  // In each file's header lines (from `diff --git` to its first @@) such names are turned back into text, all but
+  // their control characters: those stay escaped, so that no name can break a header line in two.
+  function unquoteNames(patch) {
+    let header = false;
+    return patch.split("\n").map((text) => {
+      if (text.startsWith("diff --git ")) header = true;
+      else if (text.startsWith("@@")) header = false;
+      return header ? text.replace(/"((?:[^"\\]|\\.)*)"/g, (_, quoted) => unquoted(quoted)) : text;
+    }).join("\n");
+  }
+
+  function unquoted(quoted) {
+    const bytes = [];
+    const utf8 = (text) => bytes.push(...new TextEncoder().encode(text));
+    for (const [escape, octal, character, literal] of quoted.matchAll(/\\([0-7]{3})|\\(.)|([^\\]+)/gs)) {
+      if (literal) utf8(literal);
+      else if (octal && parseInt(octal, 8) >= 0x80) bytes.push(parseInt(octal, 8)); // a byte of a UTF-8 character
+      else if (character === '"' || character === "\\") utf8(character);
+      else utf8(escape); // a control character: left as its escape
+    }
+    return new TextDecoder().decode(new Uint8Array(bytes));
+  }
+
+  // The patch as a file, to read whole or `git apply`; the previous answer's is let go.
+  function offerDownload() {
+    const link = document.getElementById("changes-download");
+    if (link.href) URL.revokeObjectURL(link.href);
+    link.hidden = !changes.patch;
+    if (changes.patch) link.href = URL.createObjectURL(new Blob([changes.patch], { type: "text/x-diff" }));
+    else link.removeAttribute("href");
+  }
+
+  // The transcript's line for the record, with a way to it; one newer than the page means the tab's answer is old.
+  function changesLine(event) {
+    if (event.seq > renderedSeq) loadChanges();
+    const data = event.data;
+    const recorded = data.state === "recorded";
+    const text = recorded
+      ? `Changed ${plural(data.files_changed, "file")} in its directory (+${data.lines_added} −${data.lines_removed})`
+      : `What it changed could not be recorded: ${data.reason}`;
+    const entry = line(event.seq, recorded ? "system changes-line" : "warning changes-line", text);
+    const show = el("button", "show-changes", "Show the changes");
+    show.type = "button";
+    show.onclick = () => selectTab("changes");
+    entry.append(" ", show);
+    return entry;
+  }
+
+  for (const [name, tab] of Object.entries(tabs)) tab.onclick = () => selectTab(name);
+  document.getElementById("changes-more").onclick = drawMore;
+  tabs.changes.parentElement.addEventListener("keydown", (event) => {
+    if (event.key !== "ArrowLeft" && event.key !== "ArrowRight") return;
+    const next = shownTab === "changes" ? "transcript" : "changes";
+    selectTab(next);
+    tabs[next].focus();
+  });
+  if (location.hash === "#changes") selectTab("changes");
+  loadChanges();
 
   function onMessage(message) {
     if (message.type === "event") {
