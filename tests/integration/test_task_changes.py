@@ -4,11 +4,13 @@ agent, on real git repositories and plain directories, read back over REST, MCP 
 
 import json
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import Client
+from django.utils import timezone
 
 from jobs import actions
 from jobs.actions import create_token
@@ -200,3 +202,19 @@ def test_hermes_read_reads_a_live_worktree_and_not_a_discarded_one(api, repo):
     api("/v1/task/discard", {"task_id": str(task.public_id)})
     with pytest.raises(BridgeError):
         async_to_sync(tools.hermes_read)(path=str(inside))
+
+
+def test_a_worktree_neither_merged_nor_discarded_is_pruned_after_the_days_kept(api, repo, settings):
+    settings.BRIDGE_WORKTREE_KEEP_DAYS = 3
+    kept = run(api, "write a.txt kept", repo, isolation="worktree")
+    old = run(api, "write b.txt old", repo, isolation="worktree")
+    Task.objects.filter(pk=old.pk).update(finished_at=timezone.now() - timedelta(days=3, minutes=1))
+
+    assert actions.prune_worktrees() == 1
+
+    kept.refresh_from_db()
+    old.refresh_from_db()
+    assert (kept.worktree.state, old.worktree.state) == (WorktreeState.LIVE, WorktreeState.PRUNED)
+    assert Path(kept.worktree.path).is_dir() and not Path(old.worktree.path).exists()
+    assert old.worktree.branch not in git(repo, "branch", "--list") and old.worktree.removed_at is not None
+    assert actions.prune_worktrees() == 0
