@@ -233,8 +233,10 @@ BRIDGE_MAX_OUTPUT_BYTES = env_int("BRIDGE_MAX_OUTPUT_BYTES", 64 * 1024 * 1024, m
 # The agent's stdout a task's raw transcript keeps (GET /v1/task/transcript), newlines included; the lines after it are
 # counted in one note at the end. 0 keeps none.
 BRIDGE_MAX_TRANSCRIPT_BYTES = env_int("BRIDGE_MAX_TRANSCRIPT_BYTES", 64 * 1024 * 1024, minimum=0)
-# What a task changed in its working directory (jobs/workspace/snapshots.py): at most this many files listed, and this
-# much unified patch kept; past either, the record says it is truncated and what was left out.
+# What a task changed in its working directory (jobs/workspace/snapshots.py): recorded unless BRIDGE_CHANGES is off; at
+# most this many files listed, and this much unified patch kept; past either, the record says it is truncated and what
+# was left out.
+BRIDGE_CHANGES = env_bool("BRIDGE_CHANGES", True)
 BRIDGE_CHANGES_MAX_FILES = env_int("BRIDGE_CHANGES_MAX_FILES", 5000, minimum=1)
 BRIDGE_CHANGES_MAX_BYTES = env_int("BRIDGE_CHANGES_MAX_BYTES", 4 * 1024 * 1024, minimum=1024)
 # Tasks that asked for `isolation: "worktree"` run in a git worktree of their own on a branch `bridge/<id>`

@@ -119,7 +119,9 @@ def changes_data(task: Task) -> dict[str, Any]:
 
 
 def _none(task: Task) -> dict[str, Any]:
-    if task.status in TERMINAL_STATUSES:
+    if not settings.BRIDGE_CHANGES:
+        why = "Bridge records no changes here (BRIDGE_CHANGES=0)"
+    elif task.status in TERMINAL_STATUSES:
         why = "no snapshot was taken: its agent never started here, or it ran before Bridge recorded changes"
     else:
         why = "its agent has not started yet"

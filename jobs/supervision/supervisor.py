@@ -345,10 +345,11 @@ class TaskRun(threading.Thread):
 
     def _spawn(self, runner: Runner, cwd: Path) -> bool:
         """Start the child and its readers in `cwd`; False when it could not start (then the task is recorded as
-        failed). What `cwd` holds now is kept first, to record what the run changed."""
+        failed). What `cwd` holds now is kept first, to record what the run changed (unless BRIDGE_CHANGES is off)."""
         agent_argv = runner.argv()
-        self.snapshot = actions.take_snapshot(self.task, cwd)
-        self.rec.add("snapshot", self.snapshot)
+        if settings.BRIDGE_CHANGES:
+            self.snapshot = actions.take_snapshot(self.task, cwd)
+            self.rec.add("snapshot", self.snapshot)
         shown = paths.allowed_roots() + ([Path(self.task.worktree.path)] if self.task.worktree else [])
         try:
             env, with_stdin, tag = runner.env(), runner.uses_stdin, str(self.task.public_id)

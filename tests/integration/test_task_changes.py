@@ -17,7 +17,7 @@ from jobs.actions import create_token
 from jobs.core.errors import BridgeError
 from jobs.core.vocabulary import Status, WorktreeState
 from jobs.mcp import tools
-from jobs.models import Task, Worktree
+from jobs.models import Task, TaskChanges, Worktree
 from tests.support import make_task, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -218,3 +218,13 @@ def test_a_worktree_neither_merged_nor_discarded_is_pruned_after_the_days_kept(a
     assert Path(kept.worktree.path).is_dir() and not Path(old.worktree.path).exists()
     assert old.worktree.branch not in git(repo, "branch", "--list") and old.worktree.removed_at is not None
     assert actions.prune_worktrees() == 0
+
+
+def test_with_changes_off_nothing_is_snapshotted_and_the_answer_says_why(api, work_root, settings):
+    settings.BRIDGE_CHANGES = False
+
+    task = run(api, "write off.txt x", work_root)
+
+    answer = api("/v1/task/changes", task_id=str(task.public_id))
+    assert (answer["state"], answer["files"]) == ("none", []) and "BRIDGE_CHANGES=0" in answer["reason"]
+    assert not TaskChanges.objects.exists() and "changes" not in [e.kind for e in actions.events_since(task)]
