@@ -1,8 +1,9 @@
-"""The browser tests' Playwright, once per module (helpers: tests/browser/chromium.py)."""
+"""The browser tests' Playwright and a logged-in browser, once per module (helpers: tests/browser/chromium.py); a
+module that uses `context` or `page` defines the `bridge` they log in to."""
 
 import pytest
 
-from tests.browser.chromium import CHROMIUM
+from tests.browser.chromium import CHROMIUM, logged_in
 from tests.support import skip_or_fail
 
 
@@ -20,3 +21,17 @@ def playwright_api():
     playwright_expect.set_options(timeout=20_000)
     with sync_playwright() as api:
         yield api
+
+
+@pytest.fixture(scope="module")
+def context(playwright_api, bridge, tmp_path_factory):
+    ctx = logged_in(playwright_api, bridge, tmp_path_factory.mktemp("profile"))
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture
+def page(context):
+    page = context.new_page()
+    yield page
+    page.close()

@@ -66,20 +66,6 @@ def bridge(tmp_path_factory):
         yield server
 
 
-@pytest.fixture(scope="module")
-def context(playwright_api, bridge, tmp_path_factory):
-    ctx = logged_in(playwright_api, bridge, tmp_path_factory.mktemp("profile"))
-    yield ctx
-    ctx.close()
-
-
-@pytest.fixture
-def page(context):
-    page = context.new_page()
-    yield page
-    page.close()
-
-
 def new_task(page, bridge: BridgeServer, prompt: str, cwd: Path | None = None, agent: str = "claude") -> str:
     """Fill the new-task form; returns the task id from the page it lands on."""
     page.goto(bridge.url + "/tasks/new")

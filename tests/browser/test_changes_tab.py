@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.bridge_server import BridgeServer
-from tests.browser.chromium import expect, logged_in, shot
+from tests.browser.chromium import expect, shot
 from tests.support import fake_agent_script
 
 pytestmark = pytest.mark.e2e
@@ -47,20 +47,6 @@ def bridge(tmp_path_factory):
     env = {"BRIDGE_KILL_GRACE_S": "1", "BRIDGE_CHANGES_MAX_FILES": str(MAX_FILES), "BRIDGE_MAX_CONCURRENT": "1"}
     with BridgeServer(root, "http://127.0.0.1:9", fake_agent_script(root), env) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def context(playwright_api, bridge, tmp_path_factory):
-    ctx = logged_in(playwright_api, bridge, tmp_path_factory.mktemp("profile"))
-    yield ctx
-    ctx.close()
-
-
-@pytest.fixture
-def page(context):
-    page = context.new_page()
-    yield page
-    page.close()
 
 
 def bash(command: str) -> str:
