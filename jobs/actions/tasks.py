@@ -397,9 +397,9 @@ def _is_dedupe_conflict(exc: IntegrityError) -> bool:
 
 
 def create_or_join_task(spec: TaskSpec) -> tuple[Task, bool]:
-    """Queue a task unless an identical one (agent, prompt, cwd, resumed session, permission mode, options, target)
-    is queued or running: a planner that re-sends a task it lost track of gets the job already doing it.
-    Returns (task, created).
+    """Queue a task unless an identical one (agent, prompt, cwd, resumed session, permission mode, options, target,
+    and isolation and base when given) is queued or running: a planner that re-sends a task it lost track of gets the
+    job already doing it. Returns (task, created).
 
     Exactly once across processes and hosts: the task carries a dedupe key, and the database admits one queued or
     running task per key. Of two identical requests at once, one inserts; the other's insert fails (its own
@@ -409,7 +409,9 @@ def create_or_join_task(spec: TaskSpec) -> tuple[Task, bool]:
     mode, options, _ = checked_run_settings(spec)
     cwd, session = task_cwd_and_session(spec)
     resume_id = (spec.resume_session_id or "").strip()
-    key = task_dedupe_key(spec.agent, prompt, str(cwd), resume_id, mode, options, checked_target(spec, session))
+    target = checked_target(spec, session)
+    where = {"isolation": spec.isolation, "base": spec.base.strip()} if spec.isolation or spec.base.strip() else {}
+    key = task_dedupe_key(spec.agent, prompt, str(cwd), resume_id, mode, options | where, target)
     for _ in range(JOIN_ATTEMPTS):
         same = Task.objects.active().filter(dedupe_key=key).order_by("created_at", "id").first()
         if same is not None:

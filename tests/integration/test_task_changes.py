@@ -228,3 +228,16 @@ def test_with_changes_off_nothing_is_snapshotted_and_the_answer_says_why(api, wo
     answer = api("/v1/task/changes", task_id=str(task.public_id))
     assert (answer["state"], answer["files"]) == ("none", []) and "BRIDGE_CHANGES=0" in answer["reason"]
     assert not TaskChanges.objects.exists() and "changes" not in [e.kind for e in actions.events_since(task)]
+
+
+def test_an_isolated_job_never_joins_its_unisolated_twin(repo):
+    plain, created = actions.create_or_join_task(actions.TaskSpec(prompt="say hi", cwd=str(repo)))
+    isolated, also_created = actions.create_or_join_task(
+        actions.TaskSpec(prompt="say hi", cwd=str(repo), isolation="worktree")
+    )
+    again, joined_created = actions.create_or_join_task(
+        actions.TaskSpec(prompt="say hi", cwd=str(repo), isolation="worktree")
+    )
+
+    assert created and also_created and plain.pk != isolated.pk and isolated.worktree is not None
+    assert (again.pk, joined_created) == (isolated.pk, False)
