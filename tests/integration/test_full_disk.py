@@ -1,7 +1,7 @@
 """A full disk is an outage, not a bug (docs/architecture.md, "Database outages"): a real `runbridge` whose data
 directory is a 20 MB tmpfs this module mounts, and a fake agent that floods it full.
 
-One scenario, run once for the module (it takes about half a minute), records what it saw; each test then judges one
+One scenario, run once for the test run (it takes about half a minute), records what it saw; each test then judges one
 behaviour of it. While the disk is full: authenticated reads answer 200 (their token's bookkeeping cannot be
 written), a write answers 503 `storage_full` with Retry-After, and /health says the store is full. The flooding agent
 is stopped after BRIDGE_DB_OUTAGE_S; once space is freed its task ends `failed`, saying the disk was full, its
@@ -13,12 +13,13 @@ Mounting needs root; where it cannot mount, the module skips with the reason (an
 
 import errno
 import os
+import pickle
 import shutil
 import signal
 import sqlite3
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,7 +158,32 @@ def logged(server: BridgeServer, text: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def seen(tmp_path_factory) -> Iterator[Seen]:
+def seen(tmp_path_factory, worker_id, testrun_uid) -> Seen:
+    return once_per_run(tmp_path_factory, worker_id, f"full-disk-{testrun_uid}", lambda: watch(tmp_path_factory))
+
+
+def once_per_run(tmp_path_factory, worker_id: str, name: str, make: Callable[[], Seen]) -> Seen:
+    """`make()` once for the whole test run. pytest-xdist's work stealing may hand the last tests of this module to
+    another worker, whose module fixture would run the half-minute scenario a second time: the first worker to get
+    here runs it and leaves what it saw (pickled) in the directory all workers share; the others wait on the lock and
+    read that."""
+    if worker_id == "master":  # not distributed: the module fixture runs once
+        return make()
+    import fcntl  # POSIX only, as mounting is: imported here so the module still loads elsewhere
+
+    shared = tmp_path_factory.getbasetemp().parent  # the run's base directory above each worker's own
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        saved = shared / f"{name}.pickle"
+        if saved.exists():
+            return pickle.loads(saved.read_bytes())
+        seen = make()
+        saved.write_bytes(pickle.dumps(seen))
+        return seen
+
+
+def watch(tmp_path_factory) -> Seen:
+    """The scenario on a fresh tmpfs and a fresh runbridge: what it saw."""
     root = tmp_path_factory.mktemp("full-disk")
     with small_filesystem(root / "bridge" / "data", MOUNT_SIZE) as data:
         env = {
@@ -171,7 +197,7 @@ def seen(tmp_path_factory) -> Iterator[Seen]:
             root / "bridge", fake_url="http://127.0.0.1:9", claude=fake_agent_script(root), extra_env=env
         )
         with server:
-            yield run_scenario(server, data)
+            return run_scenario(server, data)
 
 
 def run_scenario(server: BridgeServer, data: Path) -> Seen:

@@ -3,7 +3,9 @@ nothing, a keep-alive connection left idle and a websocket that answers no ping 
 while open streams live on; one client address may hold only so many connections at once.
 
 Driven against a real `manage.py runbridge` with raw sockets, timeouts set small by environment. Each closing is
-waited for by reading until the server closes, within a generous bound; the figures asserted are when it came."""
+waited for by reading until the server closes, within a generous bound; the figures asserted are when it came. The
+scenarios that only wait out a timer (`@waits`) run side by side, one connection each, started together by the
+`waited` fixture: one after another they took half a minute, mostly asleep."""
 
 import base64
 import json
@@ -13,7 +15,8 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -46,6 +49,24 @@ def server(tmp_path_factory) -> Iterator[BridgeServer]:
     }
     with BridgeServer(root, "http://127.0.0.1:9", claude=fake_agent_script(root), extra_env=env) as bridge:
         yield bridge
+
+
+Scenario = Callable[[BridgeServer], object]
+WAITS: list[Scenario] = []  # every scenario `waited` starts, in the order they are defined
+
+
+def waits(scenario: Scenario) -> Scenario:
+    """Mark `scenario` as one that `waited` runs beside the others; its test judges what it returns."""
+    WAITS.append(scenario)
+    return scenario
+
+
+@pytest.fixture(scope="module")
+def waited(server) -> Iterator[dict[Scenario, Future]]:
+    """Every `@waits` scenario, started at once on `server`, each in a thread of its own: a test takes the result
+    of its own (which raises what its scenario raised). Leaving waits for every one of them to end."""
+    with ThreadPoolExecutor(max_workers=len(WAITS), thread_name_prefix="idle-wait") as pool:
+        yield {scenario: pool.submit(scenario, server) for scenario in WAITS}
 
 
 def connect(server: BridgeServer) -> socket.socket:
@@ -122,43 +143,99 @@ def slow_head(server: BridgeServer) -> socket.socket:
     return sock
 
 
-def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout(server):
+def health_on_a_new_connection(server: BridgeServer) -> tuple[int, float]:
+    """The status of `GET /health` on a connection of its own, and how long the answer took."""
+    sent = time.monotonic()
+    with connect(server) as sock:
+        sock.sendall(health_request(close=True))
+        received, took = read_until_closed(sock, sent)
+    return json_answer(received)[0], took
+
+
+# First in the module, before `waited` starts the scenarios: nothing else is open on the server while it times /health.
+def test_health_answers_promptly_while_200_heads_trickle_in_and_each_is_closed_in_time(server):
+    """With the default cap, which leaves room for a burst of 200 from one client."""
+    opened = time.monotonic()
+    socks = [slow_head(server) for _ in range(SLOW_CLIENTS)]
+    try:
+        with Dribbler(socks):
+            health = [health_on_a_new_connection(server) for _ in range(5)]
+            answered = time.monotonic() - opened
+            received, closed = closing_times(socks, opened, BOUND_S)
+    finally:
+        for sock in socks:
+            sock.close()
+    assert all(status == 200 and took < PROMPT_S for status, took in health), health
+    assert answered < min(closed), "every slow head was still open while /health answered"
+    assert all(json_answer(each)[0] == 408 for each in received)
+    assert max(closed) <= HEAD_S + MARGIN_S, max(closed)
+    assert "Traceback" not in Path(server.log_path).read_text(errors="replace"), server.output()
+
+
+@waits
+def send_nothing(server: BridgeServer) -> tuple[bytes, float]:
     opened = time.monotonic()
     with connect(server) as sock:
-        received, after = read_until_closed(sock, opened)
+        return read_until_closed(sock, opened)
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout(waited):
+    received, after = waited[send_nothing].result()
     assert received == b"", "nothing was asked, so nothing is answered"
     assert HEAD_S * 0.9 <= after <= HEAD_S + MARGIN_S, after
 
 
-def test_a_request_head_that_trickles_in_is_answered_408_once_the_header_timeout_has_passed(server):
-    """Each header line comes well within the timeout, yet the head as a whole must arrive within it."""
+@waits
+def trickle_a_head(server: BridgeServer) -> tuple[bytes, float]:
     opened = time.monotonic()
     with slow_head(server) as sock, Dribbler([sock]):
-        received, after = read_until_closed(sock, opened)
+        return read_until_closed(sock, opened)
+
+
+def test_a_request_head_that_trickles_in_is_answered_408_once_the_header_timeout_has_passed(waited):
+    """Each header line comes well within the timeout, yet the head as a whole must arrive within it."""
+    received, after = waited[trickle_a_head].result()
     status, body = json_answer(received)
     assert status == 408 and body["code"] == ErrorCode.REQUEST_HEAD_TIMEOUT and body["timeout_s"] == HEAD_S, body
     assert "BRIDGE_HTTP_HEADER_TIMEOUT_S" in body["error"]
     assert HEAD_S * 0.9 <= after <= HEAD_S + MARGIN_S, after
 
 
-def test_an_idle_keep_alive_connection_is_closed_after_the_idle_time(server):
+@waits
+def keep_alive_then_idle(server: BridgeServer) -> tuple[int, bytes, float]:
     with connect(server) as sock:
         sock.sendall(health_request())
-        assert read_response(sock)[0] == 200
+        status = read_response(sock)[0]
         answered = time.monotonic()
-        received, after = read_until_closed(sock, answered)
+        return status, *read_until_closed(sock, answered)
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_the_idle_time(waited):
+    status, received, after = waited[keep_alive_then_idle].result()
+    assert status == 200
     assert received == b""
     assert IDLE_S * 0.9 <= after <= IDLE_S + MARGIN_S, after
 
 
-def test_a_keep_alive_connections_next_head_is_timed_from_its_first_byte_not_from_the_accept(server):
-    """Between requests the idle time applies, not the head's: a request sent after HEAD_S of quiet is answered."""
+@waits
+def ask_again_after_quiet(server: BridgeServer) -> tuple[int, bool, int | None]:
+    """The first answer's status, whether the connection stayed open through HEAD_S and more of quiet, and the
+    status of the request sent after it (None when it was closed)."""
     with connect(server) as sock:
         sock.sendall(health_request())
-        assert read_response(sock)[0] == 200
-        assert still_quiet(sock, HEAD_S + 0.5), "the connection was closed between requests"
+        first = read_response(sock)[0]
+        if not still_quiet(sock, HEAD_S + 0.5):
+            return first, False, None
         sock.sendall(health_request())
-        assert read_response(sock)[0] == 200
+        return first, True, read_response(sock)[0]
+
+
+def test_a_keep_alive_connections_next_head_is_timed_from_its_first_byte_not_from_the_accept(waited):
+    """Between requests the idle time applies, not the head's: a request sent after HEAD_S of quiet is answered."""
+    first, quiet, second = waited[ask_again_after_quiet].result()
+    assert first == 200
+    assert quiet, "the connection was closed between requests"
+    assert second == 200
 
 
 def still_quiet(sock: socket.socket, seconds: float) -> bool:
@@ -176,20 +253,22 @@ def still_quiet(sock: socket.socket, seconds: float) -> bool:
 # --- streams that are open are not idle ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def running_task(server) -> Iterator[str]:
+@waits
+def follow_a_running_task(server: BridgeServer) -> bytes:
     task_id = server.create_task("say hi\nsleep 60", server.work)
-    yield task_id
-    server.post("/v1/task/cancel", {"task_id": task_id})
+    try:
+        with connect(server) as sock:
+            sock.sendall(
+                f"GET /v1/task/output/stream?task_id={task_id} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {server.token}\r\n\r\n".encode()
+            )
+            return read_for(sock, IDLE_S + MARGIN_S)
+    finally:
+        server.post("/v1/task/cancel", {"task_id": task_id})
 
 
-def test_an_open_sse_stream_outlives_the_idle_time(server, running_task):
-    with connect(server) as sock:
-        sock.sendall(
-            f"GET /v1/task/output/stream?task_id={running_task} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            f"Authorization: Bearer {server.token}\r\n\r\n".encode()
-        )
-        received = read_for(sock, IDLE_S + MARGIN_S)
+def test_an_open_sse_stream_outlives_the_idle_time(waited):
+    received = waited[follow_a_running_task].result()
     assert received.startswith(b"HTTP/1.1 200 ") and b"\nid: " in received, received[:300]
 
 
@@ -293,56 +372,38 @@ class Websocket:
         self.sock.close()
 
 
-def test_a_websocket_that_answers_pings_outlives_the_idle_time(server):
+@waits
+def answer_pings(server: BridgeServer) -> Websocket:
     socket_ = Websocket(server, answers_pings=True)
     try:
         socket_.frames_for(IDLE_S + PING_CHECK_S + PING_TIMEOUT_S + MARGIN_S)
     finally:
         socket_.close()
+    return socket_
+
+
+def test_a_websocket_that_answers_pings_outlives_the_idle_time(waited):
+    socket_ = waited[answer_pings].result()
     assert socket_.pings >= 2, "the server pinged the quiet socket, and its answers kept it open"
 
 
-def test_a_websocket_that_answers_no_ping_is_closed(server):
+@waits
+def answer_no_ping(server: BridgeServer) -> tuple[Websocket, float]:
     opened = time.monotonic()
     socket_ = Websocket(server, answers_pings=False)
     try:
-        after = socket_.frames_until_closed(opened)
+        return socket_, socket_.frames_until_closed(opened)
     finally:
         socket_.close()
+
+
+def test_a_websocket_that_answers_no_ping_is_closed(waited):
+    socket_, after = waited[answer_no_ping].result()
     assert socket_.pings >= 1
     assert after <= PING_INTERVAL_S + PING_CHECK_S + PING_TIMEOUT_S + MARGIN_S, after
 
 
-# --- many connections --------------------------------------------------------------------------------------------
-
-
-def health_on_a_new_connection(server: BridgeServer) -> tuple[int, float]:
-    """The status of `GET /health` on a connection of its own, and how long the answer took."""
-    sent = time.monotonic()
-    with connect(server) as sock:
-        sock.sendall(health_request(close=True))
-        received, took = read_until_closed(sock, sent)
-    return json_answer(received)[0], took
-
-
-def test_health_answers_promptly_while_200_heads_trickle_in_and_each_is_closed_in_time(server):
-    """With the default cap, which leaves room for a burst of 200 from one client."""
-    opened = time.monotonic()
-    socks = [slow_head(server) for _ in range(SLOW_CLIENTS)]
-    try:
-        with Dribbler(socks):
-            health = [health_on_a_new_connection(server) for _ in range(5)]
-            answered = time.monotonic() - opened
-            received, closed = closing_times(socks, opened, BOUND_S)
-    finally:
-        for sock in socks:
-            sock.close()
-    assert all(status == 200 and took < PROMPT_S for status, took in health), health
-    assert answered < min(closed), "every slow head was still open while /health answered"
-    assert all(json_answer(each)[0] == 408 for each in received)
-    assert max(closed) <= HEAD_S + MARGIN_S, max(closed)
-    assert "Traceback" not in Path(server.log_path).read_text(errors="replace"), server.output()
-
+# --- many connections from one client ------------------------------------------------------------------------
 
 CAP = 4
 
