@@ -32,6 +32,7 @@ SCRIPTS = (
     "doorbell_flood.py",
     "worktrees.py",
     "changes.py",
+    "changes_overhead.py",
 )
 
 
