@@ -95,18 +95,23 @@ def _queued_for(worker: Worker) -> list[tuple[int, str, str, str]]:
 def _take(pk: int, worker: Worker) -> bool:
     """Mark a queued task running under `worker`, under a claim of its own (`Task.claim` moves on: the run's writes
     carry it, `under_claim`); False when another claim took it first, or when its agent session is busy
-    (`session_is_free`: the statement that decides, whatever the read before it saw). One UPDATE, written here for the
-    reason `_queued_for` is built once."""
+    (`session_is_free`: the statement that decides, whatever the read before it saw), or when `worker` was asked to
+    hand over (`ask_to_hand_over`: from the moment that is committed, it takes nothing more, whatever woke it). One
+    UPDATE, written here for the reason `_queued_for` is built once."""
     meta, quote = Task._meta, connection.ops.quote_name
     status, worker_id, started_at, wait, claim = (_column(Task, name) for name in TAKEN_FIELDS)
     free, free_params = session_is_free()
+    workers, handover = quote(Worker._meta.db_table), _column(Worker, "handover_requested_at")
+    staying = (
+        f"NOT EXISTS (SELECT 1 FROM {workers} WHERE {quote(Worker._meta.pk.column)} = %s AND {handover} IS NOT NULL)"
+    )
     sql = (
         f"UPDATE {quote(meta.db_table)} SET {status} = %s, {worker_id} = %s, {started_at} = %s, {wait} = '',"
-        f" {claim} = {claim} + 1 WHERE {quote(meta.pk.column)} = %s AND {status} = %s AND {free}"
+        f" {claim} = {claim} + 1 WHERE {quote(meta.pk.column)} = %s AND {status} = %s AND {free} AND {staying}"
     )
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     with connection.cursor() as cursor:
-        cursor.execute(sql, [Status.RUNNING, worker.pk, now, pk, Status.QUEUED, *free_params])
+        cursor.execute(sql, [Status.RUNNING, worker.pk, now, pk, Status.QUEUED, *free_params, worker.pk])
         return cursor.rowcount == 1
 
 

@@ -12,6 +12,7 @@ import urllib.request
 
 import pytest
 from django.test import Client as DjangoClient
+from django.utils import timezone
 from mcp import Client
 
 from jobs import actions
@@ -172,6 +173,17 @@ def test_a_handed_over_supervisor_lets_its_running_task_end_and_then_exits(setti
     running.refresh_from_db()
     assert (running.status, running.worker.name) == (Status.DONE, "from-mcp")
     assert (later.status, later.worker.started_by) == (Status.DONE, "runbridge")
+
+
+def test_a_supervisor_asked_to_hand_over_claims_nothing_more_whatever_wakes_it(work_root):
+    worker = actions.register_worker(2)
+    queued = make_task("say hi", cwd=str(work_root))
+    Worker.objects.filter(pk=worker.pk).update(handover_requested_at=timezone.now())
+
+    assert actions.claim_next_task(worker) is None  # as a ring for a new task would have it try, before its sweep
+
+    queued.refresh_from_db()
+    assert (queued.status, queued.worker_id) == (Status.QUEUED, None)
 
 
 def runbridge_env(settings, work_root) -> dict[str, str]:
