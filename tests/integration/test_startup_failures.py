@@ -249,9 +249,13 @@ def test_mcp_migrates_a_database_that_never_was_and_its_tools_work(tmp_path):
 
 
 def required_arguments(tool: Any) -> dict[str, Any]:
-    """Each argument `tool` requires, given: the first of its choices, else a word."""
+    """Each argument `tool` requires, given: the first of its choices, else a value of its type (a word, a number)."""
     schema = tool.input_schema
-    return {name: schema["properties"][name].get("enum", ["x"])[0] for name in schema.get("required", [])}
+    plain = {"integer": 1, "number": 1, "string": "x"}
+    return {
+        name: schema["properties"][name].get("enum", [plain.get(schema["properties"][name].get("type"), "x")])[0]
+        for name in schema.get("required", [])
+    }
 
 
 def test_when_mcp_cannot_migrate_every_tool_answers_the_one_message_until_it_can(tmp_path):
