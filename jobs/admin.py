@@ -18,7 +18,16 @@ from django.utils.html import format_html, format_html_join
 from jobs import actions
 from jobs.core.errors import BridgeError
 from jobs.core.vocabulary import TOKEN_FIELDS, ChangesState
-from jobs.models import AgentSession, ApiToken, PermissionRequest, Task, TaskChanges, TaskEvent, Worker
+from jobs.models import (
+    AgentSession,
+    ApiToken,
+    PermissionRequest,
+    PermissionRule,
+    Task,
+    TaskChanges,
+    TaskEvent,
+    Worker,
+)
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -64,7 +73,17 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 class PermissionInline(admin.TabularInline):
     model = PermissionRequest
-    fields = ("request_id", "tool_name", "input", "status", "updated_input", "message", "decided_by", "decided_via")
+    fields = (
+        "request_id",
+        "tool_name",
+        "input",
+        "status",
+        "updated_input",
+        "message",
+        "decided_by",
+        "decided_via",
+        "rule",
+    )
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -241,10 +260,19 @@ class TaskEventAdmin(ReadOnlyAdmin):
 
 @admin.register(PermissionRequest)
 class PermissionRequestAdmin(ReadOnlyAdmin):
-    list_display = ("task", "tool_name", "status", "decided_by", "decided_via", "created_at", "decided_at")
+    list_display = ("task", "tool_name", "status", "decided_by", "decided_via", "rule", "created_at", "decided_at")
     list_filter = ("status", "decided_via", "tool_name")
     search_fields = ("=task__public_id", "tool_name", "decided_by")
-    list_select_related = ("task",)
+    list_select_related = ("task", "rule")
+
+
+@admin.register(PermissionRule)
+class PermissionRuleAdmin(ReadOnlyAdmin):
+    """The user's permission rules, removed and expired ones too; they change only through actions (REST, MCP)."""
+
+    list_display = ("id", "pattern", "decision", "root", "agent", "created_by", "expires_at", "removed_at")
+    list_filter = ("decision", "agent")
+    search_fields = ("pattern", "root", "created_by")
 
 
 @admin.register(AgentSession)

@@ -19,6 +19,7 @@ from jobs.core.vocabulary import (
     DecidedVia,
     PermissionMode,
     PermissionStatus,
+    RuleDecision,
     Source,
     Status,
     WorktreeState,
@@ -250,9 +251,17 @@ class Task(models.Model):
         return self.status in TERMINAL_STATUSES
 
 
+class WorktreeQuerySet(models.QuerySet):
+    def requested_on(self, machine: str) -> "WorktreeQuerySet":
+        """The live worktrees of `machine` with a merge or discard asked of them (a supervisor there carries it out);
+        read through the partial index `worktree_requested`, so the sweep that looks costs nothing while none is."""
+        return self.filter(machine=machine, state=WorktreeState.LIVE).exclude(request="")
+
+
 class Worktree(models.Model):
     """A git worktree Bridge made for an isolated task, on a branch of its own (jobs/workspace/worktrees.py). It lives
-    on the host whose supervisor made it (`machine`), which alone merges, discards and prunes it."""
+    on the host whose supervisor made it (`machine`), which alone merges, discards and prunes it: a merge or discard
+    asked elsewhere is recorded here (`request`…) for a supervisor there, which records what came of it."""
 
     base_ref = models.CharField(max_length=200, blank=True)  # what the planner asked it to start from ("" = HEAD)
     # Filled in when the supervisor makes it (state `planned` until then):
@@ -267,6 +276,19 @@ class Worktree(models.Model):
     merged_commit = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     removed_at = models.DateTimeField(null=True, blank=True)
+    # The merge or discard asked of it and not yet done ("" when none is): merge, squash or discard; cleared when it
+    # is done (the state then says) or refused (`refusal` then says why), so it can be asked again.
+    request = models.CharField(max_length=10, blank=True)
+    request_message = models.TextField(blank=True)  # the commit message a merge will use
+    requested_by = models.CharField(max_length=200, blank=True)
+    requested_at = models.DateTimeField(null=True, blank=True)  # also tells one request's outcome from the next's
+    request_taken_at = models.DateTimeField(null=True, blank=True)  # when a process began carrying it out
+    refusal = models.JSONField(default=dict, blank=True)  # the last request refused: action, code, error, files, by, at
+
+    objects = WorktreeQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["machine"], condition=~models.Q(request=""), name="worktree_requested")]
 
     def __str__(self) -> str:
         return self.branch or f"worktree {self.pk} ({self.state})"
@@ -386,6 +408,11 @@ class PermissionRequest(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # The user's rule that matched it as it arrived: one that decided it (decided_via policy), or an `ask` rule that
+    # sent it to a person; NULL when no rule matched (jobs/actions/rules.py).
+    rule = models.ForeignKey(
+        "PermissionRule", null=True, blank=True, on_delete=models.SET_NULL, related_name="permission_requests"
+    )
 
     objects = PermissionRequestQuerySet.as_manager()
 
@@ -395,6 +422,49 @@ class PermissionRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id}/{self.request_id} {self.tool_name} {self.status}"
+
+
+class PermissionRuleQuerySet(models.QuerySet):
+    def live(self) -> "PermissionRuleQuerySet":
+        """Rules that still decide: not removed, not expired."""
+        unexpired = models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now())
+        return self.filter(unexpired, removed_at__isnull=True)
+
+
+class PermissionRule(models.Model):
+    """A user's rule that answers routine permission requests as they arrive (jobs/actions/rules.py): a pattern in
+    Claude Code's rule syntax (jobs/core/permission_rules.py), what it decides, and where it applies. Rows are never
+    deleted: a removed rule keeps who removed it and when."""
+
+    pattern = models.TextField()  # normalised (`permission_rules.parse`)
+    decision = models.CharField(max_length=10, choices=choices(RuleDecision))
+    message = models.TextField(blank=True)  # deny: what the agent is told
+    root = models.TextField(blank=True)  # a resolved directory: tasks whose cwd is it or under it; "" = everywhere
+    agent = models.CharField(max_length=20, choices=choices(Agent), blank=True)  # "" = any
+    created_for = models.CharField(max_length=200, blank=True)  # a task's created_by ("token:x", "user:y"); "" = any
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    removed_at = models.DateTimeField(null=True, blank=True)
+    removed_by = models.CharField(max_length=200, blank=True)
+
+    objects = PermissionRuleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"rule {self.pk}: {self.decision} {self.pattern}"
+
+
+class PermissionRulesVersion(models.Model):
+    """One row whose `stamp` changes in the same transaction as every rule added or removed: each process keeps the
+    rules parsed and reads only this to know whether they are still current (jobs/actions/rules.py)."""
+
+    stamp = models.UUIDField(default=uuid.uuid4)
+
+    def __str__(self) -> str:
+        return str(self.stamp)
 
 
 class ApiToken(models.Model):

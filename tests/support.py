@@ -47,6 +47,9 @@ TOOLS = {
     "task_changes",
     "task_merge",
     "task_discard",
+    "rules_list",
+    "rule_add",
+    "rule_remove",
 }
 
 

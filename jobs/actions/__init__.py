@@ -44,6 +44,7 @@ from jobs.actions.permissions import (
     record_permission_request,
     undelivered_decisions,
 )
+from jobs.actions.rules import add_rule, decide_by_rules, get_rule, list_rules, remove_rule, rule_data
 from jobs.actions.runs import (
     USAGE_FIELDS,
     claim_next_task,
@@ -95,6 +96,8 @@ from jobs.actions.workers import (
     worker_is_alive,
 )
 from jobs.actions.worktrees import (
+    Review,
+    carry_out_worktree_requests,
     discard_worktree,
     enter_worktree,
     left_out_note,
@@ -127,6 +130,8 @@ __all__ = [
     "append_lines",
     "ask_to_hand_over",
     "argv_value",
+    "Review",
+    "carry_out_worktree_requests",
     "live_worktree_paths",
     "left_out_note",
     "worktree_data",
@@ -184,6 +189,12 @@ __all__ = [
     "record_permission_request",
     "register_worker",
     "request_cancel",
+    "add_rule",
+    "decide_by_rules",
+    "get_rule",
+    "list_rules",
+    "remove_rule",
+    "rule_data",
     "revoke_tokens",
     "rows_after",
     "running_by_worker",

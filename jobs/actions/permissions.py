@@ -6,9 +6,10 @@ from django.utils import timezone
 
 from jobs.actions import rows
 from jobs.actions.events import append_events
+from jobs.actions.rules import decide_by_rules
 from jobs.core.errors import Conflict, ErrorCode, InvalidInput, NotFound
 from jobs.core.inputs import check_json, check_text
-from jobs.core.vocabulary import DecidedVia, PermissionMode, PermissionStatus
+from jobs.core.vocabulary import DecidedVia, PermissionMode, PermissionStatus, RuleDecision
 from jobs.models import ANSWERS_TO_PASS_ON, PermissionRequest, Task
 
 MAX_MESSAGE_CHARS = 10_000
@@ -25,9 +26,9 @@ def record_permission_request(
     tool_use_id: str = "",
     suggestions: list | None = None,
 ) -> PermissionRequest:
-    """Store an executor's question. In bypass mode it is answered 'allow' at once, recorded as policy."""
-    bypass = task.permission_mode == PermissionMode.BYPASS
-    now = timezone.now()
+    """Store an executor's question. In bypass mode it is answered 'allow' at once, recorded as policy; otherwise the
+    user's rules may answer it at once (allow, deny: recorded as policy, naming the rule) or leave it pending (ask,
+    or no rule speaks about it) (jobs/actions/rules.py)."""
     with transaction.atomic():
         perm = PermissionRequest.objects.create(
             task=task,
@@ -36,16 +37,34 @@ def record_permission_request(
             input=tool_input,
             tool_use_id=tool_use_id,
             suggestions=suggestions or [],
-            status=PermissionStatus.ALLOWED if bypass else PermissionStatus.PENDING,
-            decided_via=DecidedVia.POLICY if bypass else "",
-            decided_by="permission_mode=bypass" if bypass else "",
-            decided_at=now if bypass else None,
+            **_answer_on_arrival(task, tool_name, tool_input),
         )
         events = [("permission_request", permission_data(perm))]
-        if bypass:
+        if perm.status != PermissionStatus.PENDING:
             events.append(("permission_decision", permission_data(perm)))
         append_events(task, events)
     return perm
+
+
+def _answer_on_arrival(task: Task, tool_name: str, tool_input: dict) -> dict:
+    """The columns of a request answered as it arrives (by bypass mode or a rule), or of one left pending."""
+    if task.permission_mode == PermissionMode.BYPASS:
+        return _by_policy(PermissionStatus.ALLOWED, "permission_mode=bypass")
+    found = decide_by_rules(task, tool_name, tool_input)
+    if found is None:
+        return {"status": PermissionStatus.PENDING}
+    decision, rule = found
+    if decision == RuleDecision.ASK:
+        return {"status": PermissionStatus.PENDING, "rule": rule}
+    named = f"rule {rule.pk}: {rule.pattern}"
+    if decision == RuleDecision.ALLOW:
+        return _by_policy(PermissionStatus.ALLOWED, named, rule=rule)
+    message = rule.message or f"Denied by the user's permission rule {rule.pk} ({rule.pattern})"
+    return _by_policy(PermissionStatus.DENIED, named, rule=rule, message=message)
+
+
+def _by_policy(status: PermissionStatus, by: str, **more: object) -> dict:
+    return {"status": status, "decided_via": DecidedVia.POLICY, "decided_by": by, "decided_at": timezone.now(), **more}
 
 
 PERMISSION_FIELDS_SHOWN = (
@@ -62,8 +81,11 @@ PERMISSION_FIELDS_SHOWN = (
 
 
 def permission_data(perm: PermissionRequest) -> dict:
-    """A permission request as events and every adapter show it."""
-    return {field: getattr(perm, field) for field in PERMISSION_FIELDS_SHOWN}
+    """A permission request as events and every adapter show it, with the user's rule that matched it (its id and
+    pattern; None when none did)."""
+    shown = {field: getattr(perm, field) for field in PERMISSION_FIELDS_SHOWN}
+    rule = perm.rule if perm.rule_id is not None else None
+    return shown | {"rule_id": perm.rule_id, "rule": rule.pattern if rule is not None else None}
 
 
 def pending_permissions(task: Task | None = None) -> list[PermissionRequest]:

@@ -29,6 +29,7 @@ class ErrorCode(StrEnum):
     NO_SUCH_REQUEST = "no_such_request"
     NO_SUCH_SESSION = "no_such_session"
     NO_SUCH_SOCKET = "no_such_socket"
+    NO_SUCH_RULE = "no_such_rule"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     REQUEST_HEAD_TIMEOUT = "request_head_timeout"
     CONFLICT = "conflict"
@@ -53,6 +54,7 @@ class ErrorCode(StrEnum):
     NOT_ISOLATED = "not_isolated"
     WORKTREE_GONE = "worktree_gone"
     WORKTREE_ELSEWHERE = "worktree_elsewhere"
+    WORKTREE_REQUEST_PENDING = "worktree_request_pending"
     MERGE_CONFLICT = "merge_conflict"
     CHECKOUT_NOT_CLEAN = "checkout_not_clean"
     NOTHING_TO_MERGE = "nothing_to_merge"
@@ -87,6 +89,7 @@ MEANINGS: dict[ErrorCode, Meaning] = {
     ErrorCode.NO_SUCH_REQUEST: Meaning(404, "the task has no permission request with this id"),
     ErrorCode.NO_SUCH_SESSION: Meaning(404, "no agent session with this id (in this cwd)"),
     ErrorCode.NO_SUCH_SOCKET: Meaning(404, "no websocket at this path"),
+    ErrorCode.NO_SUCH_RULE: Meaning(404, "no permission rule with this id (`GET /v1/rules?all=1` lists them all)"),
     ErrorCode.METHOD_NOT_ALLOWED: Meaning(405, "the path takes another HTTP method (`Allow` names it)"),
     ErrorCode.REQUEST_HEAD_TIMEOUT: Meaning(
         408, "a request's line and headers took over BRIDGE_HTTP_HEADER_TIMEOUT_S to arrive; the connection closes"
@@ -126,7 +129,14 @@ MEANINGS: dict[ErrorCode, Meaning] = {
         409, "the task's worktree was merged, discarded or pruned already (the state says)"
     ),
     ErrorCode.WORKTREE_ELSEWHERE: Meaning(
-        409, "the task's worktree is on another host (named): merge or discard it through that host's Bridge"
+        409,
+        "the task's worktree is on another host (`host`, where only a supervisor can act on it) and no supervisor "
+        "runs there now: start one there and ask again (a merge or discard asked meanwhile is not kept)",
+    ),
+    ErrorCode.WORKTREE_REQUEST_PENDING: Meaning(
+        409,
+        "a merge or discard of the task's worktree is pending already (`requested`); the task's worktree shows its "
+        "outcome",
     ),
     ErrorCode.MERGE_CONFLICT: Meaning(
         409, "the task's branch and the base branch changed the same lines (`files` names them): nothing was changed"

@@ -87,6 +87,20 @@ class DecidedVia(StrEnum):
     SUPERVISOR = "supervisor"
 
 
+class RuleDecision(StrEnum):
+    """What a permission rule decides (jobs/actions/rules.py): `allow` and `deny` answer a request at once, recorded as
+    policy; `ask` leaves it for a person even where an allow rule would let it through. Deny beats ask beats allow."""
+
+    ALLOW = "allow"
+    ASK = "ask"
+    DENY = "deny"
+
+    @property
+    def rank(self) -> int:
+        """Which decision wins when rules of several match: the highest."""
+        return list(RuleDecision).index(self)
+
+
 class Isolation(StrEnum):
     """Where a task's agent works: in the directory asked for, or in a git worktree of its own on a branch
     `bridge/<id>`, to merge or discard afterwards (docs/architecture.md, "Changes and worktrees")."""

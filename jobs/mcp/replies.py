@@ -25,7 +25,7 @@ from jobs.core.errors import ErrorCode
 from jobs.core.hints import manage_command
 from jobs.core.terminal import printable
 from jobs.core.vocabulary import ChangesState, Status, WorktreeState
-from jobs.models import PermissionRequest, Task, Worker, Worktree
+from jobs.models import PermissionRequest, PermissionRule, Task, Worker, Worktree
 
 STATUS_WORDS = {
     Status.QUEUED: "queued",
@@ -129,11 +129,20 @@ def worktree_line(worktree: Worktree) -> str:
     return f"WORKTREE: {worktree.state} {worktree.branch} (base {worktree.base_branch or 'detached'}) {where}"
 
 
-def worktree_done(task: Task, worktree: dict[str, Any]) -> str:
-    """task_merge's and task_discard's reply."""
-    lines = [f"STATUS: {worktree['state']}", f"JOB_ID: {task.public_id}", f"BRANCH: {worktree['branch']}"]
+def worktree_done(task: Task, worktree: dict[str, Any], *, done: bool = True) -> str:
+    """task_merge's and task_discard's reply: what was done, or (not `done`) what the worktree's host has yet to do."""
+    status = worktree["state"] if done else "pending"
+    lines = [f"STATUS: {status}", f"JOB_ID: {task.public_id}", f"BRANCH: {worktree['branch']}"]
     if worktree["merged_commit"]:
         lines.append(f"MERGED_INTO: {worktree['base_branch']} at {worktree['merged_commit']}")
+    asked = worktree.get("requested")
+    if not done and asked:
+        lines += [
+            f"REQUESTED: {asked['action']} by {asked['by']} at {asked['at']}",
+            "NOTE: the worktree is on another host, whose supervisor has not finished this within 30 s; it goes on. "
+            "hermes_status shows the job's WORKTREE line: merged or discarded once done. Asking again answers CODE: "
+            "worktree_request_pending while this is pending; after a refusal it is tried again and says why.",
+        ]
     return reply(lines)
 
 
@@ -267,13 +276,20 @@ def pending_permissions(pending: Sequence[PermissionRequest]) -> str:
             f"REQUEST_ID: {perm.request_id}",
             f"TOOL: {perm.tool_name}",
             f"INPUT: {tool_input}",
+            *matched_rule(perm),
         ]
     return reply(lines)
 
 
 def decision(job_id: str, perm: PermissionRequest) -> str:
     return reply(
-        [f"DECISION: {perm.status}", f"JOB_ID: {job_id}", f"REQUEST_ID: {perm.request_id}", f"TOOL: {perm.tool_name}"]
+        [
+            f"DECISION: {perm.status}",
+            f"JOB_ID: {job_id}",
+            f"REQUEST_ID: {perm.request_id}",
+            f"TOOL: {perm.tool_name}",
+            *matched_rule(perm),
+        ]
     )
 
 
@@ -442,3 +458,47 @@ def at_least_one(name: str, value: int) -> str:
 
 def clamped(name: str, given: str, cap: str, setting: str, why: str = "") -> str:
     return f"NOTE: {name}={given} was clamped to {cap} ({setting}){why}."
+
+
+# --- permission rules ----------------------------------------------------------------------------------------------
+
+
+def matched_rule(perm: PermissionRequest) -> list[str]:
+    """The `RULE:` line of a request a user's rule matched (it decided it, or sent it to a person); none otherwise."""
+    rule = perm.rule if perm.rule_id is not None else None
+    return [] if rule is None else [f"RULE: {rule.pk} {rule.decision} {rule.pattern}"]
+
+
+def rule_lines(rule: PermissionRule) -> list[str]:
+    """One rule: its id, pattern, decision and scope, who made it, and its end when it has one."""
+    lines = [
+        f"RULE_ID: {rule.pk}",
+        f"RULE: {rule.pattern}",
+        f"DECISION: {rule.decision}",
+        f"ROOT: {rule.root or '(everywhere)'}",
+        f"AGENT: {rule.agent or '(any)'}",
+        f"CREATED: {rule.created_at:%Y-%m-%d %H:%M:%S} by {rule.created_by or '(unknown)'}",
+    ]
+    if rule.message:
+        lines.append(f"MESSAGE: {rule.message}")
+    if rule.expires_at is not None:
+        lines.append(f"EXPIRES: {rule.expires_at.isoformat()}")
+    if rule.removed_at is not None:
+        lines.append(f"REMOVED: {rule.removed_at:%Y-%m-%d %H:%M:%S} by {rule.removed_by or '(unknown)'}")
+    return lines
+
+
+def rules(listed: Sequence[PermissionRule]) -> str:
+    """The rules that decide now, oldest first, a blank line before each."""
+    lines = [f"RULES: {len(listed)}"]
+    for rule in listed:
+        lines += ["", *rule_lines(rule)]
+    return reply(lines)
+
+
+def rule_added(rule: PermissionRule) -> str:
+    return reply(["STATUS: added", *rule_lines(rule)])
+
+
+def rule_removed(rule: PermissionRule) -> str:
+    return reply(["STATUS: removed", *rule_lines(rule)])

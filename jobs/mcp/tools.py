@@ -7,11 +7,12 @@ Failures are raised (jobs.core.errors) and turned into replies in one place, `jo
 import dataclasses
 import logging
 import mimetypes
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connection
 from pydantic import StrictInt
 
 from jobs import actions
@@ -264,9 +265,17 @@ async def task_changes(job_id: str, offset: int = 0, max_chars: int = DEFAULT_PA
     return await in_db(_changes)(job_id, offset, min(max_chars, MAX_PATCH_CHARS))
 
 
-def _merge(job_id: str, strategy: str, message: str) -> str:
-    task = _job(job_id)
-    return replies.worktree_done(task, actions.merge_worktree(task, strategy, message))
+def _reviewed(review: Callable[[], actions.Review]) -> Callable[[], Awaitable[actions.Review]]:
+    """Run a merge or discard, which may wait up to 30 s for the worktree's host, on a thread of its own: not on the
+    one thread the other tools' database calls share (`in_db`), which it would hold up meanwhile."""
+
+    def run() -> actions.Review:
+        try:
+            return review()
+        finally:
+            connection.close()  # a pool thread, not Django's: its connection would never be handed back
+
+    return sync_to_async(run, thread_sensitive=False)
 
 
 @tool
@@ -274,19 +283,20 @@ async def task_merge(job_id: str, strategy: Literal["merge", "squash"] = "merge"
     """Land an isolated job's work (isolation "worktree") on the branch it started from: its worktree is committed
     on its branch, then merged ("merge": a merge commit) or squashed ("squash": one commit) into the base branch;
     the worktree and branch are then removed. A conflict, or changes in your checkout that the merge would overwrite,
-    is refused (CODE: merge_conflict / checkout_not_clean, a FILE: line each) and nothing anywhere is changed."""
-    return await in_db(_merge)(job_id, strategy, message)
-
-
-def _discard(job_id: str) -> str:
-    task = _job(job_id)
-    return replies.worktree_done(task, actions.discard_worktree(task))
+    is refused (CODE: merge_conflict / checkout_not_clean, a FILE: line each) and nothing anywhere is changed. A
+    worktree on another host is merged by the supervisor there (STATUS: pending if it takes over 30 s)."""
+    task = await in_db(_job)(job_id)
+    review = await _reviewed(lambda: actions.merge_worktree(task, strategy, message, by="mcp"))()
+    return replies.worktree_done(task, review.worktree, done=review.done)
 
 
 @tool
 async def task_discard(job_id: str) -> str:
-    """Throw away an isolated job's work: its worktree and its branch are removed."""
-    return await in_db(_discard)(job_id)
+    """Throw away an isolated job's work: its worktree and its branch are removed (on another host, by the supervisor
+    there)."""
+    task = await in_db(_job)(job_id)
+    review = await _reviewed(lambda: actions.discard_worktree(task, by="mcp"))()
+    return replies.worktree_done(task, review.worktree, done=review.done)
 
 
 def _jobs(limit: int) -> str:
@@ -424,3 +434,49 @@ async def hermes_health() -> str:
     if not ok:
         raise ErrorReport(text)
     return text
+
+
+# --- permission rules ----------------------------------------------------------------------------------------------
+
+
+def _rules() -> str:
+    return replies.rules(actions.list_rules())
+
+
+@tool
+async def rules_list() -> str:
+    """The permission rules that decide now, oldest first: RULE_ID, RULE (the pattern), DECISION, ROOT, AGENT,
+    CREATED, and MESSAGE or EXPIRES when set."""
+    return await in_db(_rules)()
+
+
+def _add_rule(rule: str, decision: str, message: str, root: str, agent: str) -> str:
+    made = actions.add_rule(rule, decision, message=message, root=root, agent=agent, by="mcp")
+    return replies.rule_added(made)
+
+
+@tool
+async def rule_add(
+    rule: str,
+    decision: Literal["allow", "deny", "ask"],
+    message: str = "",
+    root: str = "",
+    agent: Literal["", "claude", "hermes"] = "",
+) -> str:
+    """Answer routine permission requests yourself, before they wait for permission_decide. rule: Claude Code's
+    syntax, e.g. "Bash(git status)", "Bash(npm run test:*)", "Read(src/**)", "Edit(docs/*.md)",
+    "WebFetch(domain:example.com)", "mcp__server__tool". decision: "allow" or "deny" (answered at once, the reply and
+    transcript name the rule; message: what a denied agent is told) or "ask" (always left to you). Deny beats ask
+    beats allow; a compound command is allowed only when rules allow each of its parts. root: only jobs whose cwd is
+    this directory or under it (default: everywhere); agent: only this agent's jobs (default: any)."""
+    return await in_db(_add_rule)(rule, decision, message, root, agent)
+
+
+def _remove_rule(rule_id: int) -> str:
+    return replies.rule_removed(actions.remove_rule(rule_id, by="mcp"))
+
+
+@tool
+async def rule_remove(rule_id: StrictInt) -> str:
+    """Stop a permission rule (RULE_ID from rules_list or rule_add) from deciding; it stays on record."""
+    return await in_db(_remove_rule)(rule_id)

@@ -844,10 +844,12 @@ class Supervisor:
     def _sweep(self) -> None:
         """The safety net under the doorbell, one query for all runs (Principles 1: a lost ring costs latency, never
         data): wake the runs whose task has news for them, a cancel, an answer to pass on, a request past its time.
-        And whether a `runbridge` took over from this supervisor (`_hand_over`)."""
+        And whether a `runbridge` took over from this supervisor (`_hand_over`); and the merges and discards asked
+        elsewhere of this machine's worktrees, carried out here."""
         if actions.handover_requested(self.worker):
             self._hand_over()
         self._wake_runs_with_news()
+        actions.carry_out_worktree_requests()
 
     def _wake_runs_with_news(self) -> None:
         runs = {pk: run for pk, run in self.runs.items() if run.is_alive()}

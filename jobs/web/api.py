@@ -6,6 +6,7 @@ Bridge's exact status as `bridge_status` (jobs/web/hbridge.py), so a client that
 
 import logging
 from collections.abc import Callable
+from datetime import datetime
 from functools import wraps
 from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
@@ -13,14 +14,16 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.db import OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
-from ninja import Field, NinjaAPI, Query, Schema
+from ninja import Field, NinjaAPI, Path, Query, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.responses import Status as Answer
 from ninja.security.base import AuthBase
 from ninja.utils import check_csrf
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 
 from jobs import actions
 from jobs.actions import tokens
+from jobs.actions.rules import MAX_RULE_CHARS, MAX_RULE_MESSAGE_CHARS
 from jobs.actions.tasks import (
     MAX_ADD_DIRS,
     MAX_ARGV_CHARS,
@@ -647,24 +650,75 @@ class WorktreeOut(Schema):
     worktree: dict
 
 
-@api.post(
-    "/task/merge", auth=NEEDS_RUN, response=answers(WorktreeOut, WRITE_ONE), summary="Land an isolated task's work"
-)
+# 200: done; 202: asked of the supervisor on the worktree's host, which has not finished within 30 s (it goes on:
+# `GET /v1/task` shows `worktree.requested` until it has, then the state, or `worktree.refused` and why).
+REVIEWED = {**answers(WorktreeOut, WRITE_ONE), 202: WorktreeOut}
+
+
+def reviewed(task: Task, review: actions.Review) -> Answer:
+    """A merge's or discard's answer: done, or still pending on the worktree's host."""
+    return Answer(200 if review.done else 202, {"task_id": str(task.public_id), "worktree": review.worktree})
+
+
+@api.post("/task/merge", auth=NEEDS_RUN, response=REVIEWED, summary="Land an isolated task's work")
 def merge_task(request: HttpRequest, payload: MergeIn):
     """Commit the task's worktree on its branch and land it on the base branch; the worktree and branch are then
     removed. A conflict (409 merge_conflict) or a base checkout with changes the merge would overwrite (409
-    checkout_not_clean) names the files, and nothing anywhere is changed."""
+    checkout_not_clean) names the files, and nothing anywhere is changed. A worktree on another host is merged by a
+    supervisor there (409 worktree_elsewhere when none runs); 202 when it has not finished within 30 s."""
     task = seen_task(request, payload.task_id)
-    return {"task_id": str(task.public_id), "worktree": actions.merge_worktree(task, payload.strategy, payload.message)}
+    by = caller(request).name
+    return reviewed(task, actions.merge_worktree(task, payload.strategy, payload.message, by=by))
 
 
-@api.post(
-    "/task/discard",
-    auth=NEEDS_RUN,
-    response=answers(WorktreeOut, WRITE_ONE),
-    summary="Throw away an isolated task's work",
-)
+@api.post("/task/discard", auth=NEEDS_RUN, response=REVIEWED, summary="Throw away an isolated task's work")
 def discard_task(request: HttpRequest, payload: TaskIdIn):
-    """Remove the task's worktree and its branch."""
+    """Remove the task's worktree and its branch (on another host, by a supervisor there, as for a merge)."""
     task = seen_task(request, payload.task_id)
-    return {"task_id": str(task.public_id), "worktree": actions.discard_worktree(task)}
+    return reviewed(task, actions.discard_worktree(task, by=caller(request).name))
+
+
+# --- permission rules ----------------------------------------------------------------------------------------------
+
+
+class RuleIn(Strict):
+    rule: StrictStr = Field(
+        min_length=1,
+        max_length=MAX_RULE_CHARS,
+        description="A pattern in Claude Code's permission-rule syntax: Bash, Bash(git status), Bash(npm run test:*), "
+        "Read(src/**), Edit(docs/*.md), WebFetch(domain:example.com), mcp__server__tool.",
+    )
+    decision: Literal["allow", "deny", "ask"] = Field(
+        description="allow or deny: answered at once (recorded as policy, naming the rule); ask: always left to a "
+        "person, even where an allow rule matches. Deny beats ask beats allow."
+    )
+    message: StrictStr = Field("", max_length=MAX_RULE_MESSAGE_CHARS, description="deny only: what the agent is told.")
+    root: StrictStr = Field(
+        "",
+        max_length=MAX_PATH_BYTES,
+        description="Only tasks whose cwd is this directory or under it (inside the allowed roots); empty: everywhere.",
+    )
+    agent: Literal[("", *AGENTS)] = Field("", description="Only this agent's tasks; empty: any.")  # type: ignore[valid-type]
+    expires_at: datetime | None = Field(None, description="When it stops deciding (with a time zone); none: never.")
+
+
+@api.post("/rules", auth=NEEDS_DECIDE, response=answers(dict, COMMON_ERRORS | {413}), summary="Add a permission rule")
+def add_rule(request: HttpRequest, payload: RuleIn):
+    """A rule answers matching permission requests as they arrive, before anyone is asked. A token limited to roots
+    makes rules under its roots only."""
+    who = caller(request)
+    fields = payload.model_dump()
+    rule = actions.add_rule(fields.pop("rule"), fields.pop("decision"), **fields, by=who.name, caller=who)
+    return actions.rule_data(rule)
+
+
+@api.get("/rules", auth=NEEDS_READ, response=answers(dict, COMMON_ERRORS), summary="List the permission rules")
+def list_rules(request: HttpRequest, all: bool = Query(False, description="Removed and expired rules too.")):
+    return {"rules": [actions.rule_data(rule) for rule in actions.list_rules(all, caller(request))]}
+
+
+@api.delete("/rules/{rule_id}", auth=NEEDS_DECIDE, response=answers(dict, READ_ONE), summary="Remove a permission rule")
+def remove_rule(request: HttpRequest, rule_id: int = Path(..., ge=1, le=MAX_INT)):
+    """The rule stops deciding; it stays listed with ?all=1, with who removed it and when."""
+    who = caller(request)
+    return actions.rule_data(actions.remove_rule(rule_id, by=who.name, caller=who))

@@ -36,6 +36,9 @@ TOOL_SCOPES: dict[str, Scope] = {
     "task_merge": Scope.RUN,
     "task_discard": Scope.RUN,
     "permission_decide": Scope.DECIDE,
+    "rules_list": Scope.READ,
+    "rule_add": Scope.DECIDE,
+    "rule_remove": Scope.DECIDE,
 }
 
 

@@ -308,21 +308,32 @@ def follow_up(request: HttpRequest, task_id: str) -> HttpResponse:
     return redirect("task-page", task_id=new.public_id)
 
 
+# A merge or discard the worktree's host has not finished within 30 s: it goes on there, and this page shows it.
+STILL_PENDING = (
+    "Asked of the supervisor on the worktree's host, which has not finished within 30 s; it goes on there. "
+    "Reload this page to see the outcome."
+)
+
+
 @login_required
 @require_POST
 @page_errors
 def merge_task(request: HttpRequest, task_id: str) -> HttpResponse:
     """Land an isolated task's work on its base branch. A refusal (a conflict, a checkout the merge would overwrite)
     is shown on the task page with the files it names: nothing was changed, so the person can act and try again."""
-    _, task = auth.task_for(request, task_id, Scope.RUN)
+    who, task = auth.task_for(request, task_id, Scope.RUN)
     form = MergeForm(request.POST)
     strategy = form.cleaned_data["strategy"] if form.is_valid() else "merge"
     try:
-        done = actions.merge_worktree(task, strategy)
+        review = actions.merge_worktree(task, strategy, by=who.name)
     except BridgeError as exc:
         messages.error(request, exc.message + (f" Files: {', '.join(exc.files)}." if exc.files else ""))
     else:
-        messages.success(request, f"Merged into {done['base_branch']} ({done['merged_commit'][:12]}).")
+        done = review.worktree
+        if review.done:
+            messages.success(request, f"Merged into {done['base_branch']} ({done['merged_commit'][:12]}).")
+        else:
+            messages.info(request, STILL_PENDING)
     return redirect("task-page", task_id=task.public_id)
 
 
@@ -330,13 +341,16 @@ def merge_task(request: HttpRequest, task_id: str) -> HttpResponse:
 @require_POST
 @page_errors
 def discard_task(request: HttpRequest, task_id: str) -> HttpResponse:
-    _, task = auth.task_for(request, task_id, Scope.RUN)
+    who, task = auth.task_for(request, task_id, Scope.RUN)
     try:
-        actions.discard_worktree(task)
+        review = actions.discard_worktree(task, by=who.name)
     except BridgeError as exc:
         messages.error(request, exc.message)
     else:
-        messages.success(request, "Discarded: its worktree and branch are removed.")
+        if review.done:
+            messages.success(request, "Discarded: its worktree and branch are removed.")
+        else:
+            messages.info(request, STILL_PENDING)
     return redirect("task-page", task_id=task.public_id)
 
 

@@ -390,7 +390,7 @@ def test_the_schema_documents_every_answer_and_what_the_server_enforces(api):
             answers = operation["responses"]
             assert {"200", "400", "401", "422", "500", "503"} <= set(answers), (method, path)
             for status, answer in answers.items():
-                if status != "200":
+                if not status.startswith("2"):  # 2xx: the operation's own answer (202: a merge still under way)
                     assert answer["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorOut")
     assert {"413", "429", "403"} <= set(schema["paths"]["/v1/task/create"]["post"]["responses"])
     create = schema["components"]["schemas"]["CreateTaskIn"]["properties"]

@@ -29,6 +29,7 @@ def test_supervisor_and_api_suites_pass_on_postgres():
         "tests/integration/test_task_counts.py",
         "tests/integration/test_readiness.py",
         "tests/integration/test_import_legacy.py",
+        "tests/integration/test_task_changes.py",
         "-k",
         "not portable",
         *(f"--deselect={SUPERVISOR}{name}" for name in NOT_ABOUT_THE_DATABASE),

@@ -55,6 +55,9 @@ OPERATIONS: dict[str, tuple[Scope, Callable[[Task], dict]]] = {
     "GET /v1/task/changes": (Scope.READ, task_id_of),
     "POST /v1/task/merge": (Scope.RUN, task_id_of),
     "POST /v1/task/discard": (Scope.RUN, task_id_of),
+    "POST /v1/rules": (Scope.DECIDE, lambda task: {"rule": "Bash(git status)", "decision": "allow"}),
+    "GET /v1/rules": (Scope.READ, lambda task: {}),
+    "DELETE /v1/rules/{rule_id}": (Scope.DECIDE, lambda task: {"rule_id": actions.add_rule("Read", "allow").pk}),
 }
 # What an operation answers once the scope let it through, when that is not 200: merging or discarding the task here
 # (which ran in its cwd, not a worktree of its own) is a conflict of the task's, not a refusal of the caller's.
@@ -91,6 +94,8 @@ def call(token: str, operation: str, params: dict, client: Client | None = None)
     headers = {"Authorization": f"Bearer {token}"}
     if method == "GET":
         return client.get(path, params, headers=headers)
+    if method == "DELETE":
+        return client.delete(path.format(**params), headers=headers)
     return client.post(path, json.dumps(params), content_type="application/json", headers=headers)
 
 

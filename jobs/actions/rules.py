@@ -1,0 +1,374 @@
+"""Permission rules: the user's own answers to routine permission requests, given before a request becomes pending.
+
+A rule is a pattern in Claude Code's syntax (jobs/core/permission_rules.py, which alone says whether one matches), a
+decision and a scope: a root (tasks whose cwd is it or under it; "" everywhere), an agent, the token or user who made
+the task, an expiry. When a request arrives (`decide_by_rules`, from `record_permission_request`), deny beats ask
+beats allow, as in Claude Code; within a decision the most specific scope names the rule (a deeper root, then a
+more specific pattern, then the newer rule). `ask` leaves the request to a person, so no allow rule lets it through.
+
+Each process keeps the live rules parsed and indexed (`RuleBook`) and reads one row per request to learn whether they
+are still current: `PermissionRulesVersion.stamp`, a new random value written in the same transaction as every rule
+added or removed. A random stamp rather than a counter: a counter restarts at 0 in a new or emptied database, where
+a process's book could then pass for current. Rows are never deleted; a removed rule keeps who removed it and when.
+"""
+
+import re
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import PurePath
+
+from django.db import transaction
+from django.utils import timezone
+
+from jobs.actions import rows
+from jobs.core import paths
+from jobs.core.access import Caller
+from jobs.core.errors import ErrorCode, InvalidInput, NotFound, Refused
+from jobs.core.inputs import check_text
+from jobs.core.permission_rules import Decision, Pattern, RuleError, approving, matches, parse, specificity
+from jobs.core.vocabulary import Agent, RuleDecision
+from jobs.models import PermissionRule, PermissionRulesVersion, Task, Worktree
+
+MAX_RULE_CHARS = 4000
+MAX_RULE_MESSAGE_CHARS = 10_000
+MAX_CACHED_CWDS = 1024  # the cwds whose roots a book remembers, before it forgets them all
+STAMP_ROW = 1
+BEFORE_ALLOW: tuple[Decision, ...] = ("deny", "ask")  # the decisions that win over allow, the first first
+
+
+# --- making and removing rules -------------------------------------------------------------------------------------
+
+
+def add_rule(
+    rule: str,
+    decision: str,
+    *,
+    message: str = "",
+    root: str = "",
+    agent: str = "",
+    created_for: str = "",
+    expires_at: datetime | None = None,
+    by: str = "",
+    caller: Caller | None = None,
+) -> PermissionRule:
+    """Store a rule, checked first: a pattern that does not parse is refused with the reason, a root outside the
+    allowed roots as a cwd would be, and a caller limited to roots may only make rules under them."""
+    fields = checked_rule(rule, decision, message, root, agent, expires_at)
+    check_rule_root(caller, fields.root)
+    created_for = check_text("created_for", created_for, 200).strip()
+    with transaction.atomic():
+        made = PermissionRule.objects.create(**asdict(fields), created_for=created_for, created_by=by)
+        _rules_changed()
+    return made
+
+
+@dataclass(frozen=True)
+class CheckedRule:
+    """A rule's columns, checked."""
+
+    pattern: str
+    decision: RuleDecision
+    message: str
+    root: str
+    agent: str
+    expires_at: datetime | None
+
+
+def checked_rule(
+    rule: str, decision: str, message: str, root: str, agent: str, expires_at: datetime | None
+) -> CheckedRule:
+    """A rule's columns from what a caller sent, or the refusal that names what to change."""
+    text = check_text("rule", rule, MAX_RULE_CHARS)
+    try:
+        pattern = parse(text)
+    except RuleError as error:
+        raise InvalidInput(f"the rule {text.strip()[:200]!r} cannot be used: {error}", field="rule") from None
+    try:
+        decided = RuleDecision(decision)
+    except ValueError:
+        raise InvalidInput(
+            f"decision must be one of {', '.join(RuleDecision)}, not {str(decision)[:50]!r}", field="decision"
+        ) from None
+    message = check_text("message", message or "", MAX_RULE_MESSAGE_CHARS).strip()
+    if message and decided != RuleDecision.DENY:
+        raise InvalidInput("message is what a deny rule tells the agent; leave it out for an allow or ask rule")
+    if agent and agent not in set(Agent):
+        raise InvalidInput(f"agent must be one of {', '.join(Agent)}, or empty for any, not {agent[:50]!r}")
+    if expires_at is not None and expires_at.tzinfo is None:
+        raise InvalidInput("expires_at needs a time zone, such as 2030-01-31T18:00:00Z", field="expires_at")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise InvalidInput(f"expires_at {expires_at.isoformat()} has passed: give a time to come", field="expires_at")
+    resolved_root = str(paths.resolve_dir(root, "root")) if (root or "").strip() else ""
+    return CheckedRule(pattern.text, decided, message, resolved_root, agent or "", expires_at)
+
+
+def check_rule_root(caller: Caller | None, root: str) -> None:
+    """A token limited to roots makes and removes only rules under them: never one for everywhere."""
+    if caller is None or not caller.roots or (root and caller.covers(root)):
+        return
+    where = f"the root {root!r}" if root else "everywhere (no root)"
+    raise Refused(
+        f"a rule for {where} lies outside the roots {caller.name} is limited to ({', '.join(caller.roots)}): give "
+        "a root under them, or use a token that is not limited to roots",
+        code=ErrorCode.OUTSIDE_TOKEN_ROOTS,
+        roots=list(caller.roots),
+    )
+
+
+def remove_rule(rule_id: int, by: str = "", caller: Caller | None = None) -> PermissionRule:
+    """Stop a rule from deciding; its row stays, with who removed it and when. Removing a removed rule changes
+    nothing and answers it as it is."""
+    rule = get_rule(rule_id)
+    check_rule_root(caller, rule.root)
+    with transaction.atomic():
+        if PermissionRule.objects.filter(pk=rule.pk, removed_at=None).update(removed_at=timezone.now(), removed_by=by):
+            _rules_changed()
+    rule.refresh_from_db()
+    return rule
+
+
+def get_rule(rule_id: object) -> PermissionRule:
+    rule = PermissionRule.objects.filter(pk=rule_id).first() if isinstance(rule_id, int) else None
+    if rule is None:
+        raise NotFound(
+            f"no permission rule {str(rule_id)[:50]!r}: GET /v1/rules?all=1 (MCP: rules_list) lists them",
+            code=ErrorCode.NO_SUCH_RULE,
+        )
+    return rule
+
+
+def list_rules(include_ended: bool = False, caller: Caller | None = None) -> list[PermissionRule]:
+    """The rules that decide now (or every rule ever made, removed and expired ones too), oldest first; for a
+    caller limited to roots, those that can apply under them."""
+    rules = PermissionRule.objects.all() if include_ended else PermissionRule.objects.live()
+    listed = list(rules.order_by("id"))
+    if caller is None or not caller.roots:
+        return listed
+    return [rule for rule in listed if not rule.root or caller.covers(rule.root)]
+
+
+def rule_data(rule: PermissionRule) -> dict:
+    """A rule as every interface shows it."""
+    return {
+        "id": rule.pk,
+        "rule": rule.pattern,
+        "decision": rule.decision,
+        "message": rule.message,
+        "root": rule.root,
+        "agent": rule.agent,
+        "created_for": rule.created_for,
+        "expires_at": rule.expires_at,
+        "created_by": rule.created_by,
+        "created_at": rule.created_at,
+        "removed_at": rule.removed_at,
+        "removed_by": rule.removed_by,
+        "live": rule.removed_at is None and (rule.expires_at is None or rule.expires_at > timezone.now()),
+    }
+
+
+def _rules_changed() -> None:
+    """Tell every process its parsed rules are out of date: in the caller's transaction, with the change."""
+    PermissionRulesVersion.objects.update_or_create(pk=STAMP_ROW, defaults={"stamp": uuid.uuid4()})
+
+
+# --- deciding a request --------------------------------------------------------------------------------------------
+
+
+def decide_by_rules(task: Task, tool_name: str, tool_input: dict) -> tuple[RuleDecision, PermissionRule] | None:
+    """What the user's rules say about a request of `task`'s agent, and the rule that says it; None when no rule
+    speaks about it. Deny beats ask beats allow; a compound command is allowed only when allow rules cover each of
+    its parts (`approving`)."""
+    candidates = current_book().candidates(task, tool_name, tool_input, timezone.now())
+    if not candidates:
+        return None
+    found = decide(candidates, tool_name, tool_input, working_dir(task))
+    if found is None:
+        return None
+    decision, chosen = found
+    return decision, chosen.row
+
+
+def decide(
+    rules: list["LiveRule"], tool_name: str, tool_input: dict, cwd: str
+) -> tuple[RuleDecision, "LiveRule"] | None:
+    """The decision among rules already in scope: the first of deny and ask any rule matches, else allow when allow
+    rules approve the request; the rule named is the one with the most specific scope."""
+    for first in BEFORE_ALLOW:
+        found = [r for r in rules if r.decision == first and matches(r.pattern, tool_name, tool_input, cwd, first)]
+        if found:
+            return RuleDecision(first), max(found, key=LiveRule.rank)
+    allows = [rule for rule in rules if rule.decision == RuleDecision.ALLOW]
+    alone = [rule for rule in allows if matches(rule.pattern, tool_name, tool_input, cwd, "allow")]
+    if alone:
+        return RuleDecision.ALLOW, max(alone, key=LiveRule.rank)
+    together = set(approving([rule.pattern for rule in allows], tool_name, tool_input, cwd))
+    if not together:
+        return None
+    return RuleDecision.ALLOW, max((rule for rule in allows if rule.pattern in together), key=LiveRule.rank)
+
+
+def working_dir(task: Task) -> str:
+    """Where the task's agent works, which relative paths in its requests are read against: its worktree's place
+    for an isolated task, else its cwd."""
+    if task.worktree_id is None:
+        return task.cwd
+    found = rows.select(Worktree, id=task.worktree_id, limit=1)
+    if not found or not found[0].path:
+        return task.cwd
+    row = found[0]
+    return str(PurePath(row.path) / row.relative_cwd) if row.relative_cwd else row.path
+
+
+@dataclass(frozen=True)
+class LiveRule:
+    """A live rule as a book holds it: its row, and its pattern parsed once."""
+
+    row: PermissionRule
+    pattern: Pattern
+    decision: RuleDecision
+    depth: int  # the root's components: a deeper root is a more specific scope; 0 for everywhere
+    specificity: int
+
+    @classmethod
+    def of(cls, row: PermissionRule) -> "LiveRule":
+        pattern = parse(row.pattern)
+        depth = len(PurePath(row.root).parts) if row.root else 0
+        return cls(row, pattern, RuleDecision(row.decision), depth, specificity(pattern))
+
+    def rank(self) -> tuple[int, int, int]:
+        """Higher is the more specific scope: a deeper root, then a more specific pattern, then the newer rule."""
+        return self.depth, self.specificity, self.row.pk
+
+
+# --- the book: live rules, parsed and indexed ---------------------------------------------------------------------
+
+# Which rules a request can meet, by the tool it names (jobs/core/permission_rules.py, `_request` and `_covers`): Edit
+# rules cover every file-editing tool, Read rules the reading and searching ones, and a deny or ask Read rule Edit too.
+# A tool not named here (MCP tools, Hermes' titles, tools Bridge does not know) meets every rule in scope, but MCP
+# tools only their server's.
+_TOOL_KEYS = {
+    "Bash": {"Bash"},
+    "WebFetch": {"WebFetch"},
+    "Agent": {"Agent"},
+    "Task": {"Agent"},
+    **{name: {"Edit", "Read", name} for name in ("Edit", "Write", "MultiEdit", "NotebookEdit")},
+    **{name: {"Read", name} for name in ("Read", "NotebookRead", "Grep", "Glob")},
+}
+_QUOTES = re.compile(r"['\"\\]")
+_WORD = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def rule_key(pattern: Pattern) -> str:
+    """The bucket of a rule: the tool it names, an MCP rule's server, and Agent for Agent and Task rules."""
+    if pattern.tool.startswith("mcp__"):
+        return "mcp__" + pattern.tool[len("mcp__") :].partition("__")[0]
+    return "Agent" if pattern.tool == "Task" else pattern.tool
+
+
+def request_keys(tool_name: str, tool_input: dict) -> set[str] | None:
+    """The buckets whose rules can match a request; None for every bucket."""
+    if tool_name in _TOOL_KEYS:
+        return _TOOL_KEYS[tool_name]
+    command = tool_input.get("command")
+    hermes_like = isinstance(command, str) and bool(command) and tool_name.endswith(command)
+    if tool_name.startswith("mcp__") and not hermes_like:
+        return {"mcp__" + tool_name[len("mcp__") :].partition("__")[0], tool_name}
+    return None
+
+
+def command_word(pattern: Pattern) -> str | None:
+    """The word every command a Bash rule can match holds (`git` for `Bash(git status:*)`): the letters, digits,
+    `_` and `-` its first word starts with, quotes and backslashes left out; None when the rule can match any command
+    (a bare Bash, a leading `*`, or a first word whose letters run into a `*`)."""
+    if pattern.tool != "Bash" or pattern.specifier is None:
+        return None
+    unquoted = _QUOTES.sub("", pattern.specifier)
+    found = _WORD.match(unquoted)
+    if found is None or unquoted[found.end() : found.end() + 1] == "*":
+        return None
+    return found.group()
+
+
+def command_words(command: str) -> set[str]:
+    """Every run of letters, digits, `_` and `-` in a command with its quotes and backslashes left out: a Bash rule
+    with a `command_word` matches a command only if this holds it (tests/integration/test_permission_rules.py)."""
+    return set(_WORD.findall(_QUOTES.sub("", command)))
+
+
+@dataclass
+class _Scope:
+    """The rules of one scope (root, agent, created_for), by bucket; Bash rules also by their command word."""
+
+    by_key: dict[str, list[LiveRule]] = field(default_factory=dict)
+    commands: dict[str, list[LiveRule]] = field(default_factory=dict)
+
+    def add(self, rule: LiveRule) -> None:
+        word = command_word(rule.pattern)
+        if word is None:
+            self.by_key.setdefault(rule_key(rule.pattern), []).append(rule)
+        else:
+            self.commands.setdefault(word, []).append(rule)
+
+    def meeting(self, keys: set[str] | None, command: object) -> list[LiveRule]:
+        """The rules that can match a request in these buckets with this command."""
+        found = [rule for key, rules in self.by_key.items() if keys is None or key in keys for rule in rules]
+        if not self.commands or (keys is not None and "Bash" not in keys):
+            return found
+        if not isinstance(command, str):  # a deny rule for any command matches a request whose command is missing
+            return found + [rule for rules in self.commands.values() for rule in rules]
+        words = command_words(command)
+        if len(words) > len(self.commands):
+            return found + [rule for word, rules in self.commands.items() if word in words for rule in rules]
+        return found + [rule for word in words for rule in self.commands.get(word, ())]
+
+
+class RuleBook:
+    """The live rules as one process keeps them, parsed once, by scope; current while the stamp read is its stamp."""
+
+    def __init__(self, stamp: object, rules: list[PermissionRule]) -> None:
+        self.stamp = stamp
+        self.scopes: dict[tuple[str, str, str], _Scope] = {}
+        for rule in rules:
+            self.scopes.setdefault((rule.root, rule.agent, rule.created_for), _Scope()).add(LiveRule.of(rule))
+        self.roots = sorted({root for root, _, _ in self.scopes if root})
+        self._roots_of: dict[str, list[str]] = {}
+
+    def candidates(self, task: Task, tool_name: str, tool_input: dict, now: datetime) -> list[LiveRule]:
+        """The live rules in the task's scope that can match this request (a superset of those that do)."""
+        if not self.scopes:
+            return []
+        keys = request_keys(tool_name, tool_input)
+        command = tool_input.get("command")
+        found: list[LiveRule] = []
+        for root in ("", *self._roots_over(task.cwd)):
+            for agent in {"", task.agent}:
+                for created_for in {"", task.created_by}:
+                    scope = self.scopes.get((root, agent, created_for))
+                    if scope is not None:
+                        found += scope.meeting(keys, command)
+        return [rule for rule in found if rule.row.expires_at is None or rule.row.expires_at > now]
+
+    def _roots_over(self, cwd: str) -> list[str]:
+        """The rules' roots that hold `cwd` (by `paths.within`, the one rule for "under"), remembered per cwd."""
+        known = self._roots_of.get(cwd)
+        if known is None:
+            if len(self._roots_of) >= MAX_CACHED_CWDS:
+                self._roots_of.clear()
+            known = self._roots_of[cwd] = [root for root in self.roots if paths.within(cwd, root)]
+        return known
+
+
+_book: RuleBook | None = None
+
+
+def current_book() -> RuleBook:
+    """This process's book of live rules, read again only when the stamp says they changed. The stamp is read before
+    the rules, so a change committed in between makes the next request read them again, never the reverse."""
+    global _book
+    stamps = rows.select(PermissionRulesVersion, id=STAMP_ROW, limit=1)
+    stamp = stamps[0].stamp if stamps else None
+    book = _book
+    if book is None or book.stamp != stamp:
+        book = _book = RuleBook(stamp, list(PermissionRule.objects.live()))
+    return book
