@@ -195,7 +195,9 @@ def _check_tool_name(tool: str) -> None:
         raise RuleError(f"tool names start with a capital letter: write {tool[0].upper() + tool[1:]!r}, not {tool!r}")
 
 
-@lru_cache(maxsize=1024)
+# Room for many times the rules a user keeps (1,000 is the benchmark's load) so a live rule is never compiled again,
+# bounded because every pattern sent to be parsed, refused ones included, lands here.
+@lru_cache(maxsize=16_384)
 def _compiled(tool: str, specifier: str | None) -> "_Matcher":
     """The matcher for a rule: parse() checks the rule with it, matches() and specificity() reuse it."""
     if specifier is None:

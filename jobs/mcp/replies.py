@@ -126,7 +126,14 @@ def worktree_line(worktree: Worktree) -> str:
     if worktree.state == WorktreeState.PLANNED:
         return "WORKTREE: planned (made when the job starts)"
     where = worktree.path if worktree.removed_at is None else "removed"
-    return f"WORKTREE: {worktree.state} {worktree.branch} (base {worktree.base_branch or 'detached'}) {where}"
+    line = f"WORKTREE: {worktree.state} {worktree.branch} (base {worktree.base_branch or 'detached'}) {where}"
+    if worktree.request:
+        line += f"; a {worktree.request} asked by {worktree.requested_by or 'someone'} waits on its host"
+    elif worktree.refusal:
+        line += (
+            f"; the last {worktree.refusal.get('action', 'request')} was refused: {worktree.refusal.get('error', '')}"
+        )
+    return line
 
 
 def worktree_done(task: Task, worktree: dict[str, Any], *, done: bool = True) -> str:

@@ -301,6 +301,7 @@ def test_the_merge_button_lands_the_work_and_a_conflict_is_shown_with_nothing_lo
     panel = changes_tab(page, bridge, second)
     panel.get_by_role("button", name=re.compile("^Merge into")).click()
     expect()(page.locator(".messages")).to_contain_text("Files: shared.txt.")
+    expect()(page.locator("#worktree-refused")).to_contain_text("Files: shared.txt.")
     expect()(page.locator("#worktree")).to_have_attribute("data-state", "live")
     worktree = bridge.task(second)["worktree"]
     assert Path(worktree["cwd"], "shared.txt").read_text() == "SECOND\n", "the task's work is kept"

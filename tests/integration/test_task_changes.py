@@ -158,6 +158,8 @@ def test_isolated_tasks_in_one_repository_never_collide_and_merge_or_conflict(ap
     second.refresh_from_db()
     assert second.worktree.state == WorktreeState.LIVE
     assert "SECOND" in (Path(second.worktree.path) / "shared.txt").read_text(), "nothing of the task's work is lost"
+    reply = async_to_sync(tools.hermes_status)(job_id=str(second.public_id), wait_s=0)
+    assert "the last merge was refused" in next(line for line in reply.splitlines() if line.startswith("WORKTREE:"))
 
     api("/v1/task/discard", {"task_id": str(second.public_id)})
     assert not Path(second.worktree.path).exists()
