@@ -48,6 +48,7 @@ RING_MESSAGE_TYPE = "doorbell.ring"
 ORIGIN = uuid.uuid4().hex
 REJOIN_S = 300.0  # the listener renews its group memberships this often (channels-redis forgets them after a day)
 RECONNECT_MAX_S = 5.0  # the longest wait between tries to reach a layer that failed
+LEAVE_TIMEOUT_S = 1.0  # the longest a waiter waits to leave its group as it closes (a courtesy, see AsyncWaiter)
 LOOPBACK = "127.0.0.1"
 PEER_FILE = re.compile(r"(\d+)-(\d+)")  # DATA_DIR/doorbell/<pid>-<port>: a local process listening for rings
 PEERS_REREAD_S = 1.0  # the peer list is read again when its folder changes, and at least this often
@@ -578,7 +579,9 @@ class AsyncWaiter:
             _outage.failed(exc, polling=1)
         finally:
             try:
-                await layer.group_discard(group_name(key), channel)
+                # Bounded: this runs as the waiter's loop is torn down (asyncio.run cancelling its tasks), where a
+                # Redis round trip may never complete, and that teardown would wait for it for ever.
+                await asyncio.wait_for(layer.group_discard(group_name(key), channel), LEAVE_TIMEOUT_S)
             except Exception:  # leaving is a courtesy: the group forgets a silent channel in a day
                 pass
 
