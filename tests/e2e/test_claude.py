@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 
@@ -20,18 +19,6 @@ pytestmark = pytest.mark.e2e
 
 
 # --- fixtures -------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def script(fake) -> Script:
-    return Script(fake)
-
-
-@pytest.fixture
-def cwd(bridge, request) -> Path:
-    path = bridge.work / request.node.name.replace("[", "_").replace("]", "")
-    path.mkdir()
-    return path
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------

@@ -7,24 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.bridge_server import Script, data_events
+from tests.bridge_server import data_events
 from tests.e2e.test_claude import bash, follow, of_kind, on_first_permission, tool_results
 from tests.fakes.anthropic_server import text, tool_use
 
 pytestmark = pytest.mark.e2e
 NOT_AN_EDIT = "python3 -c 'print(1)'"  # a command Claude Code does not count as a file edit: acceptEdits still asks
-
-
-@pytest.fixture
-def script(fake) -> Script:
-    return Script(fake)
-
-
-@pytest.fixture
-def cwd(bridge, request) -> Path:
-    path = bridge.work / request.node.name.replace("[", "_").replace("]", "")
-    path.mkdir()
-    return path
 
 
 def write(path: Path) -> object:

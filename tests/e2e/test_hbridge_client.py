@@ -15,7 +15,6 @@ import base64
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -127,13 +126,6 @@ def client(bridge):
     hb = HbridgeClient(bridge.url, bridge.token)
     yield hb
     hb.close()
-
-
-@pytest.fixture
-def cwd(bridge, request) -> Path:
-    path = bridge.work / request.node.name
-    path.mkdir()
-    return path
 
 
 # --- scenarios --------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bridge_server import BridgeServer, Script, data_events
+from tests.bridge_server import BridgeServer, data_events
 from tests.fakes.hermes_env import DEFAULT_HERMES_BIN, PROXY_VARS, RecordingProxy, offline_env, write_hermes_home
 from tests.fakes.openai_server import FakeOpenAI, error, split_text, text, tool_call
 from tests.support import skip_or_fail
@@ -97,18 +97,6 @@ def offline_only(proxy):
     before = len(proxy.requests)
     yield
     assert proxy.requests[before:] == [], f"Hermes tried to leave loopback: {proxy.requests[before:]}"
-
-
-@pytest.fixture
-def script(fake) -> Script:
-    return Script(fake)
-
-
-@pytest.fixture
-def cwd(bridge, request) -> Path:
-    path = bridge.work / request.node.name
-    path.mkdir()
-    return path
 
 
 @pytest.fixture
