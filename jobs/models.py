@@ -442,7 +442,15 @@ class PermissionRule(models.Model):
     root = models.TextField(blank=True)  # a resolved directory: tasks whose cwd is it or under it; "" = everywhere
     agent = models.CharField(max_length=20, choices=choices(Agent), blank=True)  # "" = any
     created_for = models.CharField(max_length=200, blank=True)  # a task's created_by ("token:x", "user:y"); "" = any
+    # A remembered decision's narrower scopes (jobs/actions/rules.py, `remember`): one task, or one agent session.
+    task = models.ForeignKey("Task", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    session = models.ForeignKey(AgentSession, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
     expires_at = models.DateTimeField(null=True, blank=True)
+    # Where the rule came from: the decision it remembers, or the preset that made it ("" for neither).
+    from_request = models.ForeignKey(
+        "PermissionRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="remembered_as"
+    )
+    preset = models.CharField(max_length=40, blank=True)
     created_by = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     removed_at = models.DateTimeField(null=True, blank=True)

@@ -50,6 +50,7 @@ TOOLS = {
     "rules_list",
     "rule_add",
     "rule_remove",
+    "rule_preset",
 }
 
 

@@ -44,7 +44,19 @@ from jobs.actions.permissions import (
     record_permission_request,
     undelivered_decisions,
 )
-from jobs.actions.rules import add_rule, decide_by_rules, get_rule, list_rules, remove_rule, rule_data
+from jobs.actions.rules import (
+    PRESETS,
+    add_rule,
+    decide_by_rules,
+    get_rule,
+    list_rules,
+    presets_data,
+    remove_rule,
+    requests_met,
+    rule_data,
+    suggested_rules,
+    switch_preset,
+)
 from jobs.actions.runs import (
     USAGE_FIELDS,
     claim_next_task,
@@ -189,12 +201,17 @@ __all__ = [
     "record_permission_request",
     "register_worker",
     "request_cancel",
+    "PRESETS",
     "add_rule",
     "decide_by_rules",
     "get_rule",
     "list_rules",
     "remove_rule",
     "rule_data",
+    "suggested_rules",
+    "switch_preset",
+    "presets_data",
+    "requests_met",
     "revoke_tokens",
     "rows_after",
     "running_by_worker",

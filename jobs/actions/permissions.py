@@ -6,11 +6,13 @@ from django.utils import timezone
 
 from jobs.actions import rows
 from jobs.actions.events import append_events
-from jobs.actions.rules import decide_by_rules
+from jobs.actions.rules import check_remember, decide_by_rules, suggested_rules
+from jobs.actions.rules import remember as remember_decision
+from jobs.core.access import Caller
 from jobs.core.errors import Conflict, ErrorCode, InvalidInput, NotFound
 from jobs.core.inputs import check_json, check_text
 from jobs.core.vocabulary import DecidedVia, PermissionMode, PermissionStatus, RuleDecision
-from jobs.models import ANSWERS_TO_PASS_ON, PermissionRequest, Task
+from jobs.models import ANSWERS_TO_PASS_ON, PermissionRequest, PermissionRule, Task
 
 MAX_MESSAGE_CHARS = 10_000
 MAX_UPDATED_INPUT_BYTES = 1024 * 1024
@@ -80,12 +82,18 @@ PERMISSION_FIELDS_SHOWN = (
 )
 
 
-def permission_data(perm: PermissionRequest) -> dict:
-    """A permission request as events and every adapter show it, with the user's rule that matched it (its id and
-    pattern; None when none did)."""
+def permission_data(perm: PermissionRequest, remembered: list[PermissionRule] | None = None) -> dict:
+    """A permission request as events and every adapter show it: the user's rule that matched it (its id and
+    pattern; None when none did), the rules the agent suggested (each one click to make), and, for a decision just
+    remembered, the rules it made."""
     shown = {field: getattr(perm, field) for field in PERMISSION_FIELDS_SHOWN}
     rule = perm.rule if perm.rule_id is not None else None
-    return shown | {"rule_id": perm.rule_id, "rule": rule.pattern if rule is not None else None}
+    return shown | {
+        "rule_id": perm.rule_id,
+        "rule": rule.pattern if rule is not None else None,
+        "suggested_rules": suggested_rules(perm) if perm.status == PermissionStatus.PENDING else [],
+        "remembered": [{"id": made.pk, "rule": made.pattern, "decision": made.decision} for made in remembered or []],
+    }
 
 
 def pending_permissions(task: Task | None = None) -> list[PermissionRequest]:
@@ -160,9 +168,16 @@ def decide_permission(
     message: str = "",
     by: str = "",
     via: str = DecidedVia.API,
+    remember: str | None = None,
+    rule: str | None = None,
+    caller: Caller | None = None,
 ) -> PermissionRequest:
-    """Answer one pending request (the oldest when request_id is None). Exactly one answer ever wins."""
+    """Answer one pending request (the oldest when request_id is None). Exactly one answer ever wins. `remember`
+    makes the rules that answer the next identical request the same way (jobs/actions/rules.py, `remember`): made in
+    the same transaction, so a rule that cannot be made leaves the request undecided and says why; the request's
+    `remembered_as` holds them."""
     check_decision(behavior, request_id, updated_input, message)
+    scope = check_remember(remember, rule)
     allowed = behavior == "allow"
     if not allowed and not message:
         message = f"Denied by {by or 'the planner'}"
@@ -185,7 +200,12 @@ def decide_permission(
         for field, value in decision.items():  # what was written, without reading it back
             setattr(perm, field, value)
         perm.task = task
-        append_events(task, [("permission_decision", permission_data(perm))])
+        made = []
+        if scope is not None:
+            made = remember_decision(
+                perm, scope, allowed=allowed, rule=rule, message=message, by=by or via, caller=caller
+            )
+        append_events(task, [("permission_decision", permission_data(perm, made))])
     return perm
 
 

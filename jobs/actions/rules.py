@@ -12,6 +12,7 @@ added or removed. A random stamp rather than a counter: a counter restarts at 0 
 a process's book could then pass for current. Rows are never deleted; a removed rule keeps who removed it and when.
 """
 
+import itertools
 import re
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -19,6 +20,8 @@ from datetime import datetime
 from pathlib import PurePath
 
 from django.db import transaction
+from django.db.models import Count, F, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from jobs.actions import rows
@@ -26,9 +29,18 @@ from jobs.core import paths
 from jobs.core.access import Caller
 from jobs.core.errors import ErrorCode, InvalidInput, NotFound, Refused
 from jobs.core.inputs import check_text
-from jobs.core.permission_rules import Decision, Pattern, RuleError, approving, matches, parse, specificity
-from jobs.core.vocabulary import Agent, RuleDecision
-from jobs.models import PermissionRule, PermissionRulesVersion, Task, Worktree
+from jobs.core.permission_rules import (
+    Decision,
+    Pattern,
+    RuleError,
+    approving,
+    matches,
+    parse,
+    rules_for,
+    specificity,
+)
+from jobs.core.vocabulary import Agent, Remember, RuleDecision
+from jobs.models import AgentSession, PermissionRequest, PermissionRule, PermissionRulesVersion, Task, Worktree
 
 MAX_RULE_CHARS = 4000
 MAX_RULE_MESSAGE_CHARS = 10_000
@@ -51,14 +63,28 @@ def add_rule(
     expires_at: datetime | None = None,
     by: str = "",
     caller: Caller | None = None,
+    task: Task | None = None,
+    session: AgentSession | None = None,
+    from_request: PermissionRequest | None = None,
+    preset: str = "",
 ) -> PermissionRule:
     """Store a rule, checked first: a pattern that does not parse is refused with the reason, a root outside the
-    allowed roots as a cwd would be, and a caller limited to roots may only make rules under them."""
+    allowed roots as a cwd would be, and a caller limited to roots may only make rules under them. A remembered
+    decision (`remember`) may narrow the scope to one task or one agent session, and names the request it came from;
+    a preset's rules name it."""
     fields = checked_rule(rule, decision, message, root, agent, expires_at)
     check_rule_root(caller, fields.root)
     created_for = check_text("created_for", created_for, 200).strip()
     with transaction.atomic():
-        made = PermissionRule.objects.create(**asdict(fields), created_for=created_for, created_by=by)
+        made = PermissionRule.objects.create(
+            **asdict(fields),
+            created_for=created_for,
+            created_by=by,
+            task=task,
+            session=session,
+            from_request=from_request,
+            preset=preset,
+        )
         _rules_changed()
     return made
 
@@ -142,7 +168,7 @@ def list_rules(include_ended: bool = False, caller: Caller | None = None) -> lis
     """The rules that decide now (or every rule ever made, removed and expired ones too), oldest first; for a
     caller limited to roots, those that can apply under them."""
     rules = PermissionRule.objects.all() if include_ended else PermissionRule.objects.live()
-    listed = list(rules.order_by("id"))
+    listed = list(rules.select_related("task", "session", "from_request__task").order_by("id"))
     if caller is None or not caller.roots:
         return listed
     return [rule for rule in listed if not rule.root or caller.covers(rule.root)]
@@ -158,6 +184,10 @@ def rule_data(rule: PermissionRule) -> dict:
         "root": rule.root,
         "agent": rule.agent,
         "created_for": rule.created_for,
+        "task_id": str(rule.task.public_id) if rule.task is not None else None,
+        "session_id": rule.session.session_id if rule.session is not None else None,
+        "from_request": _request_named(rule.from_request) if rule.from_request is not None else None,
+        "preset": rule.preset,
         "expires_at": rule.expires_at,
         "created_by": rule.created_by,
         "created_at": rule.created_at,
@@ -167,9 +197,260 @@ def rule_data(rule: PermissionRule) -> dict:
     }
 
 
+def requests_met(rules: list[PermissionRule], newest: int = 5) -> dict[int, "RuleUse"]:
+    """For each rule, how many requests it decided (or sent to a person) and the newest of them, with their tasks:
+    one query for the counts and one for the newest `newest` of every rule."""
+    ids = [rule.pk for rule in rules]
+    counts = dict(
+        PermissionRequest.objects.filter(rule_id__in=ids).values_list("rule_id").annotate(n=Count("id")).order_by()
+    )
+    ranked = (
+        PermissionRequest.objects.filter(rule_id__in=ids)
+        .annotate(
+            place=Window(RowNumber(), partition_by=F("rule_id"), order_by=[F("created_at").desc(), F("id").desc()])
+        )
+        .filter(place__lte=newest)
+        .select_related("task")
+    )
+    uses = {rule_id: RuleUse(count, []) for rule_id, count in counts.items()}
+    for perm in ranked:
+        uses[perm.rule_id].newest.append(perm)
+    return uses
+
+
+@dataclass
+class RuleUse:
+    """How often a rule met a request, and the newest such requests, newest first."""
+
+    count: int
+    newest: list[PermissionRequest]
+
+
+def _request_named(perm: PermissionRequest) -> dict:
+    return {"task_id": str(perm.task.public_id), "request_id": perm.request_id}
+
+
 def _rules_changed() -> None:
     """Tell every process its parsed rules are out of date: in the caller's transaction, with the change."""
     PermissionRulesVersion.objects.update_or_create(pk=STAMP_ROW, defaults={"stamp": uuid.uuid4()})
+
+
+# --- presets --------------------------------------------------------------------------------------------------------
+
+# Rules a user switches on together, per root. read-only: reading and searching the task's own directory, and looking
+# at git's state. `ask` keeps with a person, since ask beats allow, the options of git that write a file (--output),
+# read one outside the repository (--no-index) or run a program (--ext-diff).
+PRESETS: dict[str, tuple[tuple[str, RuleDecision], ...]] = {
+    "read-only": (
+        ("Read(/**)", RuleDecision.ALLOW),
+        *((f"Bash(git {command})", RuleDecision.ALLOW) for command in ("status", "diff", "log")),
+        *((f"Bash(git {command} *)", RuleDecision.ALLOW) for command in ("status", "diff", "log")),
+        *(
+            (f"Bash(git {command} *{option}*)", RuleDecision.ASK)
+            for command in ("diff", "log")
+            for option in ("--output", "--no-index", "--ext-diff")
+        ),
+    ),
+}
+
+
+def switch_preset(
+    name: str, root: str = "", *, on: bool = True, by: str = "", caller: Caller | None = None
+) -> list[PermissionRule]:
+    """Switch a preset's rules on for a root ("" everywhere), answering the rules made (none when it is on already),
+    or off, answering the rules removed."""
+    if name not in PRESETS:
+        raise InvalidInput(f"no preset {str(name)[:50]!r}: the presets are {', '.join(PRESETS)}", field="preset")
+    resolved = str(paths.resolve_dir(root, "root")) if (root or "").strip() else ""
+    check_rule_root(caller, resolved)
+    with transaction.atomic():
+        live = list(PermissionRule.objects.live().filter(preset=name, root=resolved))
+        if not on:
+            return [remove_rule(rule.pk, by=by, caller=caller) for rule in live]
+        present = {(rule.pattern, rule.decision) for rule in live}
+        return [
+            add_rule(pattern, decision, root=resolved, by=by, caller=caller, preset=name)
+            for pattern, decision in PRESETS[name]
+            if (pattern, decision.value) not in present
+        ]
+
+
+def presets_data(caller: Caller | None = None) -> list[dict]:
+    """Each preset, its rules, and the roots it is switched on for ("" everywhere)."""
+    on = PermissionRule.objects.live().exclude(preset="").values_list("preset", "root").distinct()
+    roots: dict[str, set[str]] = {}
+    for name, root in on:
+        if caller is None or not caller.roots or (root and caller.covers(root)):
+            roots.setdefault(name, set()).add(root)
+    return [
+        {
+            "preset": name,
+            "rules": [{"rule": pattern, "decision": decision.value} for pattern, decision in rules],
+            "roots": sorted(roots.get(name, ())),
+        }
+        for name, rules in PRESETS.items()
+    ]
+
+
+# --- remembering a decision ----------------------------------------------------------------------------------------
+
+# Claude's suggestion destinations, as the scope a remembered rule gets (its CLI writes localSettings and
+# projectSettings into the project, userSettings into the home directory, session and cliArg only in memory).
+_DESTINATIONS = {
+    "session": Remember.SESSION,
+    "cliArg": Remember.SESSION,
+    "localSettings": Remember.PROJECT,
+    "projectSettings": Remember.PROJECT,
+    "userSettings": Remember.ALWAYS,
+}
+_ACP_ALWAYS = {"allow_always": RuleDecision.ALLOW, "reject_always": RuleDecision.DENY}
+
+
+def check_remember(remember: str | None, rule: str | None) -> Remember | None:
+    """The scope a decision asks to be remembered in, checked before anything is looked up."""
+    if rule is not None and not remember:
+        raise InvalidInput("rule names the rule to remember: give remember too (task, session, project or always)")
+    if not remember:
+        return None
+    try:
+        return Remember(remember)
+    except ValueError:
+        raise InvalidInput(
+            f"remember must be one of {', '.join(Remember)}, not {str(remember)[:50]!r}", field="remember"
+        ) from None
+
+
+def remember(
+    perm: PermissionRequest,
+    scope: Remember,
+    *,
+    allowed: bool,
+    rule: str | None = None,
+    message: str = "",
+    by: str = "",
+    caller: Caller | None = None,
+) -> list[PermissionRule]:
+    """Make the rules that decide the next identical request the way `perm` was just decided, in `scope`: the named
+    `rule` (which must decide this request the same way), or the narrowest rules Bridge can write for it
+    (`permission_rules.rules_for`). Called in the decision's transaction, so a rule that cannot be made leaves the
+    request undecided, with the reason."""
+    task = perm.task
+    decision = RuleDecision.ALLOW if allowed else RuleDecision.DENY
+    cwd = working_dir(task)
+    if rule is None:
+        relative = task.worktree_id is not None and scope != Remember.ALWAYS
+        try:
+            patterns = rules_for(perm.tool_name, perm.input, cwd, decision.value, relative)
+        except RuleError as error:
+            raise InvalidInput(
+                f"this request cannot be remembered as it is: {error} (give rule)", field="rule"
+            ) from None
+    else:
+        patterns = [_named_rule(rule, perm, decision, cwd)]
+    where = _remembered_scope(task, scope)
+    deny_message = message if decision == RuleDecision.DENY else ""
+    return [
+        add_rule(pattern.text, decision, message=deny_message, by=by, caller=caller, from_request=perm, **where)
+        for pattern in patterns
+    ]
+
+
+def _named_rule(rule: str, perm: PermissionRequest, decision: RuleDecision, cwd: str) -> Pattern:
+    """The rule a decider named to remember, refused unless it decides this very request as it was decided."""
+    text = check_text("rule", rule, MAX_RULE_CHARS)
+    try:
+        pattern = parse(text)
+    except RuleError as error:
+        raise InvalidInput(f"the rule {text.strip()[:200]!r} cannot be used: {error}", field="rule") from None
+    if not _decides(pattern, perm, decision, cwd):
+        raise InvalidInput(
+            f"the rule {pattern.text!r} would not {decision} this request ({perm.tool_name}), so remembering it "
+            "would not decide the next one: name a rule that covers it, or leave rule out",
+            field="rule",
+        )
+    return pattern
+
+
+def _decides(pattern: Pattern, perm: PermissionRequest, decision: RuleDecision, cwd: str) -> bool:
+    """Whether a rule alone would decide `perm` as `decision`: only then does remembering it decide the next one."""
+    if decision == RuleDecision.ALLOW:
+        return bool(approving([pattern], perm.tool_name, perm.input, cwd))
+    return matches(pattern, perm.tool_name, perm.input, cwd, "deny")
+
+
+def _remembered_scope(task: Task, scope: Remember) -> dict:
+    """The scope columns of a rule remembered from one of `task`'s requests."""
+    if scope == Remember.ALWAYS:
+        return {}
+    if scope == Remember.PROJECT:
+        return {"root": task.cwd}
+    if scope == Remember.TASK:
+        return {"root": task.cwd, "task": task}
+    session = session_of(task)
+    if session is None:
+        raise InvalidInput(
+            f"task {task.public_id}'s agent has not named its session yet: remember task or project instead",
+            field="remember",
+        )
+    return {"root": task.cwd, "agent": task.agent, "session": session}
+
+
+def session_of(task: Task) -> AgentSession | None:
+    """The agent session a task runs in: the one it resumes, or the one its agent named as it started."""
+    current = Task.objects.filter(pk=task.pk).values_list("session_id", "resume_session_id").first()
+    if current is None:
+        return None
+    session_pk, resumed = current
+    if session_pk is not None:
+        return AgentSession.objects.filter(pk=session_pk).first()
+    return AgentSession.objects.filter(agent=task.agent, session_id=resumed).first() if resumed else None
+
+
+def suggested_rules(perm: PermissionRequest) -> list[dict]:
+    """The rules an agent offered with its request, each one click to make: Claude's `permission_suggestions`
+    (`addRules`, with the scope its destination names) and an ACP agent's `allow_always` / `reject_always` options
+    (the exact rule for the request, everywhere). Suggestions Bridge cannot use are left out."""
+    offered: list[dict] = []
+    for suggestion in perm.suggestions if isinstance(perm.suggestions, list) else []:
+        if not isinstance(suggestion, dict):
+            continue
+        if suggestion.get("kind") in _ACP_ALWAYS:
+            offered += _acp_suggestion(perm, suggestion)
+        elif suggestion.get("type") in ("addRules", "replaceRules"):
+            offered += _claude_suggestion(suggestion)
+    cwd = working_dir(perm.task) if offered else ""
+    unique = {(item["rule"], item["decision"], item["remember"]): item for item in offered}
+    return [item for item in unique.values() if _decides(parse(item["rule"]), perm, item["decision"], cwd)]
+
+
+def _claude_suggestion(suggestion: dict) -> list[dict]:
+    decision = suggestion.get("behavior", "allow")
+    scope = _DESTINATIONS.get(str(suggestion.get("destination")), Remember.PROJECT)
+    if decision not in (RuleDecision.ALLOW, RuleDecision.DENY):
+        return []
+    found = []
+    for entry in suggestion.get("rules") or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("toolName"), str):
+            continue
+        content = entry.get("ruleContent")
+        text = entry["toolName"] + (f"({content})" if isinstance(content, str) and content else "")
+        try:
+            found.append({"rule": parse(text).text, "decision": decision, "remember": scope.value})
+        except RuleError:
+            continue
+    return found
+
+
+def _acp_suggestion(perm: PermissionRequest, option: dict) -> list[dict]:
+    """An ACP always-option as the exact rule; Hermes names its "for this session" option allow_session."""
+    decision = _ACP_ALWAYS[option["kind"]]
+    named = f"{option.get('optionId', '')} {option.get('name', '')}".lower()
+    scope = Remember.SESSION if "session" in named else Remember.ALWAYS
+    try:
+        patterns = rules_for(perm.tool_name, perm.input, working_dir(perm.task), decision.value, relative=False)
+    except RuleError:
+        return []
+    return [{"rule": pattern.text, "decision": decision.value, "remember": scope.value} for pattern in patterns]
 
 
 # --- deciding a request --------------------------------------------------------------------------------------------
@@ -323,15 +604,20 @@ class _Scope:
         return found + [rule for word in words for rule in self.commands.get(word, ())]
 
 
+ScopeKey = tuple[str, str, str, int | None, int | None]  # root, agent, created_for, task, agent session
+
+
 class RuleBook:
     """The live rules as one process keeps them, parsed once, by scope; current while the stamp read is its stamp."""
 
     def __init__(self, stamp: object, rules: list[PermissionRule]) -> None:
         self.stamp = stamp
-        self.scopes: dict[tuple[str, str, str], _Scope] = {}
+        self.scopes: dict[ScopeKey, _Scope] = {}
         for rule in rules:
-            self.scopes.setdefault((rule.root, rule.agent, rule.created_for), _Scope()).add(LiveRule.of(rule))
-        self.roots = sorted({root for root, _, _ in self.scopes if root})
+            key = (rule.root, rule.agent, rule.created_for, rule.task_id, rule.session_id)
+            self.scopes.setdefault(key, _Scope()).add(LiveRule.of(rule))
+        self.roots = sorted({key[0] for key in self.scopes if key[0]})
+        self.per_session = any(key[4] is not None for key in self.scopes)
         self._roots_of: dict[str, list[str]] = {}
 
     def candidates(self, task: Task, tool_name: str, tool_input: dict, now: datetime) -> list[LiveRule]:
@@ -340,11 +626,13 @@ class RuleBook:
             return []
         keys = request_keys(tool_name, tool_input)
         command = tool_input.get("command")
+        session = session_of(task) if self.per_session else None
+        narrower = list(itertools.product({None, task.pk}, {None, session.pk if session is not None else None}))
         found: list[LiveRule] = []
         for root in ("", *self._roots_over(task.cwd)):
-            for agent in {"", task.agent}:
-                for created_for in {"", task.created_by}:
-                    scope = self.scopes.get((root, agent, created_for))
+            for agent, created_for in itertools.product({"", task.agent}, {"", task.created_by}):
+                for task_id, session_id in narrower:
+                    scope = self.scopes.get((root, agent, created_for, task_id, session_id))
                     if scope is not None:
                         found += scope.meeting(keys, command)
         return [rule for rule in found if rule.row.expires_at is None or rule.row.expires_at > now]

@@ -135,6 +135,73 @@ def specificity(pattern: Pattern) -> int:
     return _compiled(pattern.tool, pattern.specifier).specificity
 
 
+def rules_for(tool_name: str, tool_input: dict, cwd: str, decision: Decision, relative: bool) -> list[Pattern]:
+    """The narrowest rules that decide this very call again, for a decision to remember: one exact `Bash(…)` rule
+    per part of a command (an allow needs each part covered), the file's path (`Edit(/a.py)` below the cwd when
+    `relative`, else `Edit(//abs/a.py)`), a search's directory (`Read(dir/**)`), the URL's host, the tool itself.
+    RuleError, naming the rule to write instead, when no narrower rule than the whole tool can decide it."""
+    request = _request(tool_name, tool_input if isinstance(tool_input, dict) else {}, cwd)
+    if request.kind == "shell":
+        texts = _command_rules(request.subject, decision)
+    elif request.kind in ("edit", "read", "search"):
+        texts = [_path_rule(request, relative)]
+    elif request.kind == "fetch":
+        host = _url_host(request.subject)
+        if host is None:
+            raise RuleError("Bridge cannot read a plain http(s) host in this URL: name the rule, e.g. WebFetch")
+        texts = [f"WebFetch(domain:{host})"]
+    elif request.kind == "agent":
+        texts = [f"Agent({request.subject})" if isinstance(request.subject, str) and request.subject else "Agent"]
+    else:
+        texts = [request.hermes_kind or request.tool]
+    try:
+        patterns = [parse(text) for text in dict.fromkeys(texts)]
+    except RuleError as error:
+        raise RuleError(f"{error}; so name the rule to remember") from None
+    if decision == "allow":
+        decides = bool(approving(patterns, tool_name, tool_input, cwd))
+    else:
+        decides = all(matches(pattern, tool_name, tool_input, cwd, decision) for pattern in patterns)
+    if not decides:
+        raise RuleError("Bridge could not write a rule that decides this very request: name the rule")
+    return patterns
+
+
+def _command_rules(command: object, decision: Decision) -> list[str]:
+    if not isinstance(command, str) or not command.strip():
+        raise RuleError("the request names no command: name the rule, e.g. Bash")
+    parts = _split(command)
+    if not parts:
+        raise RuleError("Bridge cannot take this command apart safely, so only Bash covers it: name the rule")
+    if decision != "allow" and len(parts) > 1:
+        raise RuleError("this command has several parts: name the rule for the part to refuse, e.g. Bash(rm -rf build)")
+    texts = []
+    for part in parts:
+        if part.writes_file or not part.words or part.words[0].dynamic:
+            why = "redirects its output into a file" if part.writes_file else "has a command name the shell computes"
+            raise RuleError(f"{_text(part.words)!r} {why}, which no allow rule but a bare Bash covers: name the rule")
+        texts.append(f"Bash({_text(part.words)})")
+    return texts
+
+
+def _path_rule(request: "_Request", relative: bool) -> str:
+    subject = request.subject
+    if request.kind == "search":
+        search = subject if isinstance(subject, dict) else {}
+        subject = search.get("path") or request.cwd
+    path = _resolved(subject, request.cwd)
+    if path is None:
+        raise RuleError("the request names no absolute or cwd-relative path: name the rule, e.g. Read(src/**)")
+    below = _below(path, posixpath.normpath(request.cwd)) if relative and request.cwd.startswith("/") else None
+    written = re.sub(r"([*?\[\]\\()])", r"\\\1", path.lstrip("/") if below is None else below)
+    if written.endswith((" ", "\t")):
+        written = written[:-1] + f"[{written[-1]}]"  # a rule's text is stripped: a last blank is written as a class
+    anchored = "//" + written if below is None else "/" + written
+    if request.kind == "search":
+        return f"Read({anchored.rstrip('/')}/**)" if written else "Read(//**)" if below is None else "Read(/**)"
+    return f"{'Edit' if request.kind == 'edit' else 'Read'}({anchored})"
+
+
 # --- the rule's text -------------------------------------------------------------------------------------------
 
 _TOOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")

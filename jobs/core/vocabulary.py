@@ -101,6 +101,16 @@ class RuleDecision(StrEnum):
         return list(RuleDecision).index(self)
 
 
+class Remember(StrEnum):
+    """How far a decision is remembered as a rule (jobs/actions/rules.py, `remember`): this task, its agent session
+    (the tasks that resume it too), its project (the task's cwd and everything under it), or everywhere."""
+
+    TASK = "task"
+    SESSION = "session"
+    PROJECT = "project"
+    ALWAYS = "always"
+
+
 class Isolation(StrEnum):
     """Where a task's agent works: in the directory asked for, or in a git worktree of its own on a branch
     `bridge/<id>`, to merge or discard afterwards (docs/architecture.md, "Changes and worktrees")."""

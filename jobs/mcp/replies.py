@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from jobs.actions import SystemState
+from jobs.actions import SystemState, suggested_rules
 from jobs.agents.executors import ExecutorStatus
 from jobs.agents.hermes_skills import Skill, SkillLibrary
 from jobs.core.errors import ErrorCode
@@ -284,11 +284,16 @@ def pending_permissions(pending: Sequence[PermissionRequest]) -> str:
             f"TOOL: {perm.tool_name}",
             f"INPUT: {tool_input}",
             *matched_rule(perm),
+            *(
+                f"SUGGESTED_RULE: {offer['decision']} {offer['rule']} remember={offer['remember']}"
+                for offer in suggested_rules(perm)
+            ),
         ]
     return reply(lines)
 
 
-def decision(job_id: str, perm: PermissionRequest) -> str:
+def decision(job_id: str, perm: PermissionRequest, remembered: Sequence[PermissionRule] = ()) -> str:
+    """The answer given, and the rules it was remembered as (`REMEMBERED: <id> <decision> <rule> <scope>`)."""
     return reply(
         [
             f"DECISION: {perm.status}",
@@ -296,8 +301,23 @@ def decision(job_id: str, perm: PermissionRequest) -> str:
             f"REQUEST_ID: {perm.request_id}",
             f"TOOL: {perm.tool_name}",
             *matched_rule(perm),
+            *(f"REMEMBERED: {rule.pk} {rule.decision} {rule.pattern} ({scope_of(rule)})" for rule in remembered),
         ]
     )
+
+
+def scope_of(rule: PermissionRule) -> str:
+    """Where a rule applies, in words: its root, agent, task or agent session, creator."""
+    where = [f"root {rule.root}" if rule.root else "everywhere"]
+    if rule.task is not None:
+        where.append(f"job {rule.task.public_id}")
+    if rule.session is not None:
+        where.append(f"session {rule.session.session_id}")
+    if rule.agent:
+        where.append(f"agent {rule.agent}")
+    if rule.created_for:
+        where.append(f"jobs of {rule.created_for}")
+    return ", ".join(where)
 
 
 # --- files ----------------------------------------------------------------------------------------------
@@ -488,6 +508,12 @@ def rule_lines(rule: PermissionRule) -> list[str]:
     ]
     if rule.message:
         lines.append(f"MESSAGE: {rule.message}")
+    if rule.task is not None:
+        lines.append(f"JOB_ID: {rule.task.public_id}")
+    if rule.session is not None:
+        lines.append(f"SESSION_ID: {rule.session.session_id}")
+    if rule.preset:
+        lines.append(f"PRESET: {rule.preset}")
     if rule.expires_at is not None:
         lines.append(f"EXPIRES: {rule.expires_at.isoformat()}")
     if rule.removed_at is not None:
@@ -509,3 +535,10 @@ def rule_added(rule: PermissionRule) -> str:
 
 def rule_removed(rule: PermissionRule) -> str:
     return reply(["STATUS: removed", *rule_lines(rule)])
+
+
+def preset_switched(preset: str, root: str, on: bool, changed: Sequence[PermissionRule]) -> str:
+    """A preset switched on (the rules made) or off (the rules removed) for a root."""
+    lines = [f"PRESET: {preset}", f"ROOT: {root or '(everywhere)'}", f"STATUS: {'on' if on else 'off'}"]
+    verb = "RULE_ADDED" if on else "RULE_REMOVED"
+    return reply(lines + [f"{verb}: {rule.pk} {rule.decision} {rule.pattern}" for rule in changed])

@@ -335,17 +335,29 @@ async def permissions_pending(job_id: str | None = None) -> str:
     return await in_db(_pending)(job_id)
 
 
-def _decide(job_id: str, behavior: str, request_id: str | None, message: str, updated_input: dict | None) -> str:
+@dataclasses.dataclass(frozen=True)
+class _Decision:
+    behavior: str
+    request_id: str | None
+    message: str
+    updated_input: dict | None
+    remember: str | None
+    rule: str | None
+
+
+def _decide(job_id: str, decision: _Decision) -> str:
     perm = actions.decide_permission(
         _job(job_id),
-        behavior=behavior,
-        request_id=request_id,
-        updated_input=updated_input,
-        message=message,
+        behavior=decision.behavior,
+        request_id=decision.request_id,
+        updated_input=decision.updated_input,
+        message=decision.message,
         by="mcp",
         via=DecidedVia.MCP,
+        remember=decision.remember,
+        rule=decision.rule,
     )
-    return replies.decision(job_id, perm)
+    return replies.decision(job_id, perm, list(perm.remembered_as.all()))
 
 
 @tool
@@ -355,10 +367,15 @@ async def permission_decide(
     request_id: str | None = None,
     message: str = "",
     updated_input: dict[str, Any] | None = None,
+    remember: Literal["task", "session", "project", "always"] | None = None,
+    rule: str | None = None,
 ) -> str:
     """Answer a job's permission request (the oldest pending one unless request_id is given). "allow" may
-    replace the tool's input with updated_input; "deny" tells the agent message."""
-    return await in_db(_decide)(job_id, behavior, request_id, message, updated_input)
+    replace the tool's input with updated_input; "deny" tells the agent message. remember: also make the rule that
+    answers the next identical request the same way, for this job, its agent session, its project (the job's cwd
+    and below) or everywhere ("always"); rule: the rule to make instead of the exact one, e.g. a SUGGESTED_RULE."""
+    decision = _Decision(behavior, request_id, message, updated_input, remember, rule)
+    return await in_db(_decide)(job_id, decision)
 
 
 # --- reading without an agent ---------------------------------------------------------------------------
@@ -480,3 +497,15 @@ def _remove_rule(rule_id: int) -> str:
 async def rule_remove(rule_id: StrictInt) -> str:
     """Stop a permission rule (RULE_ID from rules_list or rule_add) from deciding; it stays on record."""
     return await in_db(_remove_rule)(rule_id)
+
+
+def _switch_preset(preset: str, root: str, on: bool) -> str:
+    return replies.preset_switched(preset, root, on, actions.switch_preset(preset, root, on=on, by="mcp"))
+
+
+@tool
+async def rule_preset(preset: Literal["read-only"], root: str = "", on: bool = True) -> str:
+    """Switch a set of rules on for jobs under root (default: everywhere), or off (on=false). read-only: reading
+    and searching the job's directory, git status, diff and log (git's options that write a file, read outside the
+    repository or run a program still ask)."""
+    return await in_db(_switch_preset)(preset, root, on)

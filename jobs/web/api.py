@@ -332,6 +332,18 @@ class PermissionIn(Strict):
         "bytes as JSON).",
     )
     message: StrictStr = Field("", max_length=actions.MAX_MESSAGE_CHARS)
+    remember: Literal["task", "session", "project", "always"] | None = Field(
+        None,
+        description="Also make the rule that answers the next identical request the same way, for this task, its "
+        "agent session, its project (the task's cwd and everything under it) or everywhere. The answer's "
+        "`remembered` lists the rules made.",
+    )
+    rule: StrictStr | None = Field(
+        None,
+        max_length=MAX_RULE_CHARS,
+        description="With remember: the rule to make instead of the exact one Bridge writes, such as one of the "
+        "request's `suggested_rules`; it must decide this request the same way.",
+    )
 
 
 def usage_of(task: Task) -> dict:
@@ -425,8 +437,12 @@ def decide_permission(request: HttpRequest, payload: PermissionIn):
         message=payload.message,
         by=caller(request).name,
         via="api",
+        remember=payload.remember,
+        rule=payload.rule,
+        caller=caller(request),
     )
-    return {"ok": True, **permission_out(perm)}
+    remembered = [actions.rule_data(rule) for rule in perm.remembered_as.all()]
+    return {"ok": True, **permission_out(perm), "remembered": remembered}
 
 
 @api.get(
@@ -715,6 +731,32 @@ def add_rule(request: HttpRequest, payload: RuleIn):
 @api.get("/rules", auth=NEEDS_READ, response=answers(dict, COMMON_ERRORS), summary="List the permission rules")
 def list_rules(request: HttpRequest, all: bool = Query(False, description="Removed and expired rules too.")):
     return {"rules": [actions.rule_data(rule) for rule in actions.list_rules(all, caller(request))]}
+
+
+class PresetIn(Strict):
+    preset: Literal[tuple(actions.PRESETS)] = Field(  # type: ignore[valid-type]
+        description="read-only: reading and searching the task's directory, and git status, diff and log."
+    )
+    root: StrictStr = Field(
+        "", max_length=MAX_PATH_BYTES, description="Switch it for tasks under this directory; empty: everywhere."
+    )
+    on: bool = Field(True, description="false switches the preset off for the root: its rules there are removed.")
+
+
+@api.get("/rules/presets", auth=NEEDS_READ, response=answers(dict, COMMON_ERRORS), summary="List the rule presets")
+def list_presets(request: HttpRequest):
+    """Each preset, its rules, and the roots it is on for."""
+    return {"presets": actions.presets_data(caller(request))}
+
+
+@api.post("/rules/presets", auth=NEEDS_DECIDE, response=answers(dict, COMMON_ERRORS), summary="Switch a preset")
+def switch_preset(request: HttpRequest, payload: PresetIn):
+    """Switching a preset on makes its rules for the root (none again when it is on already); off removes them.
+    Answers the rules made or removed."""
+    who = caller(request)
+    changed = actions.switch_preset(payload.preset, payload.root, on=payload.on, by=who.name, caller=who)
+    rules = [actions.rule_data(rule) for rule in changed]
+    return {"preset": payload.preset, "root": payload.root, "on": payload.on, "rules": rules}
 
 
 @api.delete("/rules/{rule_id}", auth=NEEDS_DECIDE, response=answers(dict, READ_ONE), summary="Remove a permission rule")

@@ -39,6 +39,7 @@ TOOL_SCOPES: dict[str, Scope] = {
     "rules_list": Scope.READ,
     "rule_add": Scope.DECIDE,
     "rule_remove": Scope.DECIDE,
+    "rule_preset": Scope.DECIDE,
 }
 
 
