@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 from django.urls import resolve
 
 from jobs.integrations import tool_configs
-from jobs.web.api import CreateTaskIn, MergeIn, PermissionIn, RuleIn, TaskIdIn
+from jobs.web.api import CreateTaskIn, MergeIn, PermissionIn, PresetIn, RuleIn, TaskIdIn
 from tests.support import MANAGE_PY, TOKEN
 
 # Each test's own data dir: the address runbridge records and the skill's backups are read and written there.
@@ -29,6 +29,7 @@ BODY_SCHEMAS = {
     "/v1/task/merge": MergeIn,
     "/v1/task/discard": TaskIdIn,
     "/v1/rules": RuleIn,
+    "/v1/rules/presets": PresetIn,
 }
 
 
