@@ -52,9 +52,15 @@ def _answer_on_arrival(task: Task, tool_name: str, tool_input: dict) -> dict:
     """The columns of a request answered as it arrives (by bypass mode or a rule), or of one left pending."""
     if task.permission_mode == PermissionMode.BYPASS:
         return _by_policy(PermissionStatus.ALLOWED, "permission_mode=bypass")
+    return _answer_by_rules(task, tool_name, tool_input) or {"status": PermissionStatus.PENDING}
+
+
+def _answer_by_rules(task: Task, tool_name: str, tool_input: dict) -> dict | None:
+    """The columns the user's rules write for a request (pending with the rule for `ask`); None when no rule
+    speaks about it."""
     found = decide_by_rules(task, tool_name, tool_input)
     if found is None:
-        return {"status": PermissionStatus.PENDING}
+        return None
     decision, rule = found
     if decision == RuleDecision.ASK:
         return {"status": PermissionStatus.PENDING, "rule": rule}
@@ -206,7 +212,29 @@ def decide_permission(
                 perm, scope, allowed=allowed, rule=rule, message=message, by=by or via, caller=caller
             )
         append_events(task, [("permission_decision", permission_data(perm, made))])
+    if made:
+        answer_waiting_by_rules(made)
     return perm
+
+
+def answer_waiting_by_rules(made: list[PermissionRule]) -> list[PermissionRequest]:
+    """Requests already waiting that rules just remembered decide: answered now, as if they had arrived after them
+    (the rules are evaluated whole, so a deny or ask rule still wins). Each in a transaction of its own."""
+    answered = []
+    for waiting in pending_permissions():
+        if not any(rule.task_id in (None, waiting.task_id) for rule in made):
+            continue
+        columns = _answer_by_rules(waiting.task, waiting.tool_name, waiting.input)
+        if columns is None or columns["status"] == PermissionStatus.PENDING:
+            continue
+        with transaction.atomic():
+            lock_task_row(waiting.task)
+            if PermissionRequest.objects.pending().filter(pk=waiting.pk).update(**columns):
+                for field, value in columns.items():
+                    setattr(waiting, field, value)
+                append_events(waiting.task, [("permission_decision", permission_data(waiting))])
+                answered.append(waiting)
+    return answered
 
 
 def expire_permissions(task: Task) -> list[PermissionRequest]:

@@ -508,6 +508,8 @@ def rule_lines(rule: PermissionRule) -> list[str]:
     ]
     if rule.message:
         lines.append(f"MESSAGE: {rule.message}")
+    if rule.created_for:
+        lines.append(f"FOR_JOBS_OF: {rule.created_for}")
     if rule.task is not None:
         lines.append(f"JOB_ID: {rule.task.public_id}")
     if rule.session is not None:

@@ -467,8 +467,8 @@ async def rules_list() -> str:
     return await in_db(_rules)()
 
 
-def _add_rule(rule: str, decision: str, message: str, root: str, agent: str) -> str:
-    made = actions.add_rule(rule, decision, message=message, root=root, agent=agent, by="mcp")
+def _add_rule(rule: str, decision: str, message: str, root: str, agent: str, created_for: str) -> str:
+    made = actions.add_rule(rule, decision, message=message, root=root, agent=agent, created_for=created_for, by="mcp")
     return replies.rule_added(made)
 
 
@@ -479,14 +479,16 @@ async def rule_add(
     message: str = "",
     root: str = "",
     agent: Literal["", "claude", "hermes"] = "",
+    created_for: str = "",
 ) -> str:
     """Answer routine permission requests yourself, before they wait for permission_decide. rule: Claude Code's
     syntax, e.g. "Bash(git status)", "Bash(npm run test:*)", "Read(src/**)", "Edit(docs/*.md)",
     "WebFetch(domain:example.com)", "mcp__server__tool". decision: "allow" or "deny" (answered at once, the reply and
     transcript name the rule; message: what a denied agent is told) or "ask" (always left to you). Deny beats ask
     beats allow; a compound command is allowed only when rules allow each of its parts. root: only jobs whose cwd is
-    this directory or under it (default: everywhere); agent: only this agent's jobs (default: any)."""
-    return await in_db(_add_rule)(rule, decision, message, root, agent)
+    this directory or under it (default: everywhere); agent: only this agent's jobs (default: any); created_for: only
+    jobs made by this token or user ("token:ci", "user:alice"; default: anyone's)."""
+    return await in_db(_add_rule)(rule, decision, message, root, agent, created_for)
 
 
 def _remove_rule(rule_id: int) -> str:

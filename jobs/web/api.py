@@ -715,6 +715,12 @@ class RuleIn(Strict):
         description="Only tasks whose cwd is this directory or under it (inside the allowed roots); empty: everywhere.",
     )
     agent: Literal[("", *AGENTS)] = Field("", description="Only this agent's tasks; empty: any.")  # type: ignore[valid-type]
+    created_for: StrictStr = Field(
+        "",
+        max_length=200,
+        description="Only tasks made by this token or user, as tasks name them ('token:ci', 'user:alice'); empty: "
+        "anyone's.",
+    )
     expires_at: datetime | None = Field(None, description="When it stops deciding (with a time zone); none: never.")
 
 

@@ -300,3 +300,33 @@ def test_presets_over_rest_and_the_terminal_command(rooms):
     limited = Caller("token:limited", Scope.DECIDE, (str(first / "sub"),))
     with pytest.raises(Refused):
         actions.switch_preset("read-only", str(first), caller=limited)
+
+
+def test_a_remembered_rule_also_answers_the_identical_requests_already_waiting_in_its_scope(rooms):
+    first, second = rooms
+    tasks = [make_task(name, cwd=str(first)) for name in ("x", "y", "z")]
+    elsewhere = make_task("w", cwd=str(second))
+    for index, task in enumerate([*tasks, elsewhere]):
+        asked(task, "npm test", f"r{index}")
+    (first / "sub").mkdir()
+    actions.add_rule("Bash(npm test)", "ask", root=str(first / "sub"))
+    deeper = make_task("v", cwd=str(first / "sub"))
+    asked(deeper, "npm test", "asked")
+    actions.decide_permission(tasks[0], behavior="allow", request_id="r0", remember="project")
+    rule = PermissionRule.objects.get(from_request__request_id="r0")
+    statuses = dict(PermissionRequest.objects.values_list("request_id", "status"))
+    assert statuses == {"r0": "allowed", "r1": "allowed", "r2": "allowed", "r3": "pending", "asked": "pending"}
+    answered = PermissionRequest.objects.get(request_id="r1")
+    assert (answered.decided_via, answered.rule_id) == ("policy", rule.pk)
+    assert [e.data["rule_id"] for e in actions.events_since(tasks[1]) if e.kind == "permission_decision"] == [rule.pk]
+    assert not [e for e in actions.events_since(deeper) if e.kind == "permission_decision"], "ask still wins there"
+
+
+def test_a_rule_for_the_jobs_of_one_token_is_made_over_rest_and_mcp(mcp_env, work_root):
+    token = actions.create_token("planner", Scope.DECIDE)[1]
+    made = rest("post", "/v1/rules", token, {"rule": "Bash(make)", "decision": "allow", "created_for": "token:ci"})
+    assert (made.status_code, made.json()["created_for"]) == (200, "token:ci")
+    [added] = over_stdio(mcp_env, [("rule_add", {"rule": "Bash(ls)", "decision": "allow", "created_for": "user:al"})])
+    assert "FOR_JOBS_OF: user:al" in added.splitlines()
+    assert asked(make_task("x", created_by="token:ci"), "make", "r1").status == "allowed"
+    assert asked(make_task("y", created_by="token:other"), "make", "r2").status == "pending"
