@@ -79,10 +79,12 @@ class PermissionRequestQuerySet(models.QuerySet):
         return self.order_by("created_at", "id")
 
     def overdue(self) -> "PermissionRequestQuerySet":
-        """Pending for longer than BRIDGE_PERMISSION_TIMEOUT_S: the one spelling of "past its timeout", for the
-        supervisor's sweep and for the denial (`actions.expire_permissions`)."""
-        cutoff = timezone.now() - timedelta(seconds=settings.BRIDGE_PERMISSION_TIMEOUT_S)
-        return self.pending().filter(created_at__lt=cutoff)
+        """Pending past its `expires_at` (its task's permission timeout, else BRIDGE_PERMISSION_TIMEOUT_S): the one
+        spelling of "past its timeout", for the supervisor's sweep and for the denial (`actions.expire_permissions`).
+        A row from before `expires_at` existed is read by the setting."""
+        now = timezone.now()
+        cutoff = now - timedelta(seconds=settings.BRIDGE_PERMISSION_TIMEOUT_S)
+        return self.pending().filter(models.Q(expires_at__lt=now) | models.Q(expires_at=None, created_at__lt=cutoff))
 
     def undelivered(self) -> "PermissionRequestQuerySet":
         """Answered, but the executor has not been told yet, in the order they were decided."""
@@ -166,6 +168,8 @@ class Task(models.Model):
     permission_mode = models.CharField(max_length=20, choices=choices(PermissionMode), default=PermissionMode.APPROVE)
     options = models.JSONField(default=dict, blank=True)
     timeout_s = models.IntegerField(null=True, blank=True)  # None: no limit (BRIDGE_TASK_TIMEOUT_S=0)
+    # How long its permission requests wait for a decision before they are denied; None: BRIDGE_PERMISSION_TIMEOUT_S.
+    permission_timeout_s = models.IntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -408,6 +412,7 @@ class PermissionRequest(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)  # a pending request is denied after it (`overdue`)
     # The user's rule that matched it as it arrived: one that decided it (decided_via policy), or an `ask` rule that
     # sent it to a person; NULL when no rule matched (jobs/actions/rules.py).
     rule = models.ForeignKey(

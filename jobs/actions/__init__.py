@@ -41,6 +41,7 @@ from jobs.actions.permissions import (
     mark_delivered,
     pending_permissions,
     permission_data,
+    permission_timeout,
     record_permission_request,
     undelivered_decisions,
 )
@@ -71,6 +72,7 @@ from jobs.actions.runs import (
 )
 from jobs.actions.tasks import (
     AGENT_OPTIONS,
+    MAX_PERMISSION_TIMEOUT_S,
     MAX_REASON_CHARS,
     MAX_TIMEOUT_S,
     MAX_TURNS,
@@ -127,6 +129,7 @@ __all__ = [
     "MAX_MESSAGE_CHARS",
     "MAX_REASON_CHARS",
     "MAX_TIMEOUT_S",
+    "MAX_PERMISSION_TIMEOUT_S",
     "MAX_TURNS",
     "MAX_UPDATED_INPUT_BYTES",
     "STARTED_BY_MCP",
@@ -173,6 +176,7 @@ __all__ = [
     "explain_waits",
     "events_since",
     "expire_permissions",
+    "permission_timeout",
     "finish_task",
     "get_task",
     "handover_requested",

@@ -1,5 +1,7 @@
 """Permission requests: recorded when an executor asks, answered exactly once, delivered back to the executor."""
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -39,6 +41,7 @@ def record_permission_request(
             input=tool_input,
             tool_use_id=tool_use_id,
             suggestions=suggestions or [],
+            expires_at=timezone.now() + timedelta(seconds=permission_timeout(task)),
             **_answer_on_arrival(task, tool_name, tool_input),
         )
         events = [("permission_request", permission_data(perm))]
@@ -46,6 +49,11 @@ def record_permission_request(
             events.append(("permission_decision", permission_data(perm)))
         append_events(task, events)
     return perm
+
+
+def permission_timeout(task: Task) -> int:
+    """How long the task's requests wait for a decision, in seconds: its own setting, else the server's."""
+    return task.permission_timeout_s or settings.BRIDGE_PERMISSION_TIMEOUT_S
 
 
 def _answer_on_arrival(task: Task, tool_name: str, tool_input: dict) -> dict:
@@ -90,11 +98,12 @@ PERMISSION_FIELDS_SHOWN = (
 
 def permission_data(perm: PermissionRequest, remembered: list[PermissionRule] | None = None) -> dict:
     """A permission request as events and every adapter show it: the user's rule that matched it (its id and
-    pattern; None when none did), the rules the agent suggested (each one click to make), and, for a decision just
-    remembered, the rules it made."""
+    pattern; None when none did), when it is denied if nobody answers, the rules the agent suggested (each one click
+    to make), and, for a decision just remembered, the rules it made."""
     shown = {field: getattr(perm, field) for field in PERMISSION_FIELDS_SHOWN}
     rule = perm.rule if perm.rule_id is not None else None
     return shown | {
+        "expires_at": perm.expires_at.isoformat() if perm.expires_at is not None else None,
         "rule_id": perm.rule_id,
         "rule": rule.pattern if rule is not None else None,
         "suggested_rules": suggested_rules(perm) if perm.status == PermissionStatus.PENDING else [],
@@ -238,13 +247,14 @@ def answer_waiting_by_rules(made: list[PermissionRule]) -> list[PermissionReques
 
 
 def expire_permissions(task: Task) -> list[PermissionRequest]:
-    """Deny requests that waited longer than BRIDGE_PERMISSION_TIMEOUT_S, saying so."""
-    timeout = settings.BRIDGE_PERMISSION_TIMEOUT_S
+    """Deny requests that waited past their task's permission timeout, saying so."""
+    timeout = permission_timeout(task)
+    setting = "permission_timeout_s" if task.permission_timeout_s else "BRIDGE_PERMISSION_TIMEOUT_S"
     expired = []
     for perm in PermissionRequest.objects.overdue().filter(task=task):
         with transaction.atomic():
             lock_task_row(task)
-            message = f"No decision within {timeout} s (BRIDGE_PERMISSION_TIMEOUT_S); denied automatically."
+            message = f"No decision within {timeout} s ({setting}); denied automatically."
             won = (
                 PermissionRequest.objects.pending()
                 .filter(pk=perm.pk)

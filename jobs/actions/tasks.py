@@ -27,6 +27,7 @@ from jobs.models import AgentSession, Task, Worker
 
 SUPPORTED_AGENTS = tuple(Agent)
 MAX_TIMEOUT_S = 7 * 24 * 3600
+MAX_PERMISSION_TIMEOUT_S = 7 * 24 * 3600
 MAX_TURNS = 10_000
 MAX_REASON_CHARS = 2_000
 MAX_ARGV_CHARS = 200  # one value in an agent's argv (docs/architecture.md, "Confinement before execution")
@@ -107,6 +108,7 @@ class TaskSpec:
     skip_permissions: bool = False
     resume_session_id: str | None = None
     timeout_s: int | None = None
+    permission_timeout_s: int | None = None  # None: BRIDGE_PERMISSION_TIMEOUT_S
     options: dict[str, Any] = field(default_factory=dict)
     source: str = Source.API
     created_by: str = ""
@@ -329,6 +331,13 @@ def lock_queue_admissions() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [QUEUE_ADMISSION_LOCK])
 
 
+def checked_permission_timeout(seconds: int | None) -> int | None:
+    """How long a task's permission requests may wait: 1 s to MAX_PERMISSION_TIMEOUT_S; None for the setting."""
+    if seconds is not None:
+        check_int("permission_timeout_s", seconds, 1, MAX_PERMISSION_TIMEOUT_S)
+    return seconds
+
+
 def create_task(spec: TaskSpec, *, dedupe_key: str = "") -> Task:
     """Validate, confine and queue a task. Nothing runs until a supervisor claims it, and a resume only once no other
     task of its agent session is running or queued before it (its wait_reason then names the one it follows).
@@ -337,6 +346,7 @@ def create_task(spec: TaskSpec, *, dedupe_key: str = "") -> Task:
     the same key (constraint one_active_task_per_dedupe_key, IntegrityError). Plain creates keep it empty."""
     prompt = check_prompt(spec.prompt)
     mode, options, timeout_s = checked_run_settings(spec)
+    permission_timeout_s = checked_permission_timeout(spec.permission_timeout_s)
     cwd, session = task_cwd_and_session(spec)
     resume_id = (spec.resume_session_id or "").strip()
     target = checked_target(spec, session)
@@ -362,6 +372,7 @@ def create_task(spec: TaskSpec, *, dedupe_key: str = "") -> Task:
             permission_mode=mode,
             options=options,
             timeout_s=timeout_s,
+            permission_timeout_s=permission_timeout_s,
             session=session,
             resume_session_id=resume_id,
             source=spec.source,
@@ -507,6 +518,7 @@ def continue_task(task: Task, prompt: str, *, source: str = Source.API, created_
         skip_permissions=task.permission_mode == PermissionMode.SKIP,
         resume_session_id=task.session.session_id,
         timeout_s=task.timeout_s,
+        permission_timeout_s=task.permission_timeout_s,
         options=task.options,
         source=source,
         created_by=created_by,

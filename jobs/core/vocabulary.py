@@ -81,6 +81,7 @@ class DecidedVia(StrEnum):
     API = "api"
     WEB = "web"
     MCP = "mcp"
+    LINK = "link"  # a signed one-tap link, from a notification
     POLICY = "policy"
     TIMEOUT = "timeout"
     AGENT = "agent"

@@ -130,15 +130,19 @@ async def hermes_run(
     target: str | None = None,
     isolation: Literal["worktree", "none"] | None = None,
     base: str | None = None,
+    permission_timeout_s: StrictInt | None = None,
 ) -> str:
     """Start a Hermes Agent job in cwd (absolute, inside the allowed roots) and wait up to wait_s seconds
     (default 5, at most 150). Returns STATUS/JOB_ID; if still running, collect it later with hermes_status.
     Read STATUS and JOB_ID from the header lines at the top; the agent's output comes last, each line behind `| `.
     target: run only on the supervisor with this name, host or label (hermes_health lists them); default any.
     isolation "worktree": the job works in a git worktree of its own (WORKTREE: in the reply), to land with
-    task_merge or drop with task_discard; base: the branch, tag or commit it starts from (default HEAD)."""
+    task_merge or drop with task_discard; base: the branch, tag or commit it starts from (default HEAD).
+    permission_timeout_s: how long each of its permission requests waits for permission_decide before it is denied
+    (default the server's BRIDGE_PERMISSION_TIMEOUT_S, 600)."""
     options = dict(max_turns=max_turns, skills=_listify(skills), toolsets=_listify(toolsets))
-    more = dict(target=target or "", isolation=isolation or "", base=base or "")
+    more: dict[str, Any] = dict(target=target or "", isolation=isolation or "", base=base or "")
+    more |= dict(permission_timeout_s=permission_timeout_s)
     return await _run(_spec(Agent.HERMES, task, cwd, timeout_s, options, **more), wait_s)
 
 
@@ -175,6 +179,7 @@ async def claude_run(
     target: str | None = None,
     isolation: Literal["worktree", "none"] | None = None,
     base: str | None = None,
+    permission_timeout_s: StrictInt | None = None,
 ) -> str:
     """Start a Claude Code job in cwd and wait up to wait_s seconds (default 5, at most 150). With
     permission_mode "approve" its tool requests wait for permission_decide; "bypass" allows them all; Claude Code's
@@ -184,7 +189,7 @@ async def claude_run(
     each inside the allowed roots like cwd.
     The reply has the same shape as hermes_status's: header lines first, the output last behind `| `.
     target: run only on the supervisor with this name, host or label (hermes_health lists them); default any.
-    isolation and base as for hermes_run."""
+    isolation, base and permission_timeout_s as for hermes_run."""
     options = dict(
         model=model,
         max_turns=max_turns,
@@ -193,7 +198,8 @@ async def claude_run(
         append_system_prompt=append_system_prompt,
         add_dirs=add_dirs,
     )
-    more = dict(permission_mode=permission_mode, target=target or "", isolation=isolation or "", base=base or "")
+    more: dict[str, Any] = dict(permission_mode=permission_mode, target=target or "", isolation=isolation or "")
+    more |= dict(base=base or "", permission_timeout_s=permission_timeout_s)
     spec = _spec(Agent.CLAUDE, task, cwd, timeout_s, options, **more)
     return await _run(spec, wait_s)
 

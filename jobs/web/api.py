@@ -275,6 +275,13 @@ class CreateTaskIn(Strict):
     timeout_s: StrictInt | None = Field(
         None, ge=1, le=actions.MAX_TIMEOUT_S, description="Wall-time limit; default BRIDGE_TASK_TIMEOUT_S."
     )
+    permission_timeout_s: StrictInt | None = Field(
+        None,
+        ge=1,
+        le=actions.MAX_PERMISSION_TIMEOUT_S,
+        description="How long each permission request waits for a decision before it is denied; default "
+        "BRIDGE_PERMISSION_TIMEOUT_S.",
+    )
     taskTimeoutMs: StrictInt | None = Field(
         None,
         ge=0,
@@ -399,6 +406,7 @@ def create_task(request: HttpRequest, payload: CreateTaskIn):
         skip_permissions=payload.skip_permissions,
         resume_session_id=payload.sessionId,
         timeout_s=hbridge.timeout_seconds(payload.timeout_s, payload.taskTimeoutMs),
+        permission_timeout_s=payload.permission_timeout_s,
         options=options,
         source="api",
         created_by=caller(request).name,
@@ -490,6 +498,7 @@ def task_detail(request: HttpRequest, task_id: str = Query(..., min_length=1, ma
         "permission_mode": task.permission_mode,
         "options": task.options,
         "timeout_s": task.timeout_s,
+        "permission_timeout_s": actions.permission_timeout(task),
         "result": task.result,
         "error": task.error,
         "stderr_tail": task.stderr_tail,

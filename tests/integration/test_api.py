@@ -139,6 +139,19 @@ def test_create_returns_id_and_the_queued_task_is_visible(api, work_root):
     assert api("get", "/v1/tasks", {"status": "done"}).json()["count"] == 0
 
 
+def test_a_task_sets_how_long_its_permission_requests_wait(api, work_root, settings):
+    settings.BRIDGE_PERMISSION_TIMEOUT_S = 600
+    own = create(api, permission_timeout_s=45).json()["task_id"]
+    default = create(api, prompt="say other").json()["task_id"]
+    shown = [api("get", "/v1/task", {"task_id": tid}).json()["permission_timeout_s"] for tid in (own, default)]
+    assert shown == [45, 600]
+    task = Task.objects.get(public_id=own)
+    perm = actions.record_permission_request(task, request_id="r1", tool_name="Bash", tool_input={"command": "ls"})
+    [listed] = api("get", "/v1/permissions", {"task_id": own}).json()["permissions"]
+    assert listed["expires_at"] == perm.expires_at.isoformat()
+    assert create(api, permission_timeout_s=0).status_code == 422
+
+
 def test_default_cwd_is_used_when_none_is_given(api, work_root):
     task_id = create(api).json()["task_id"]
     assert api("get", "/v1/task", {"task_id": task_id}).json()["cwd"] == str(work_root)

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import zoneinfo
+from datetime import timedelta
 from pathlib import Path
 from unittest import mock
 
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from jobs import actions, processes
 from jobs.agents import executors
-from jobs.core.errors import Conflict
+from jobs.core.errors import Conflict, InvalidInput
 from jobs.core.vocabulary import Status
 from jobs.models import AgentSession, PermissionRequest, Task, TaskEvent
 from jobs.supervision.supervisor import TaskRun
@@ -307,6 +308,17 @@ def test_permission_expires_and_is_denied_with_a_reason(supervisor, settings, wo
     assert not (work_root / "late.txt").exists()
     results = [e.data for e in actions.events_since(task) if e.kind == "tool_result"]
     assert "BRIDGE_PERMISSION_TIMEOUT_S" in results[0]["content"]
+
+
+def test_a_tasks_own_permission_timeout_wins_over_the_setting(supervisor, settings, work_root):
+    settings.BRIDGE_PERMISSION_TIMEOUT_S = 600
+    task = wait_for(make_task(ask("touch late.txt") + "\nsay done", permission_timeout_s=1))
+    perm = PermissionRequest.objects.get(task=task)
+    assert (perm.status, perm.decided_via) == ("expired", "timeout")
+    assert timedelta(seconds=0.9) < perm.expires_at - perm.created_at <= timedelta(seconds=1)
+    assert "No decision within 1 s (permission_timeout_s)" in perm.message
+    with pytest.raises(InvalidInput, match="permission_timeout_s"):
+        make_task("x", permission_timeout_s=0)
 
 
 def test_a_run_searches_for_expired_requests_only_while_it_has_an_ask_open(
