@@ -224,6 +224,8 @@ BRIDGE_MAX_QUEUED = env_int("BRIDGE_MAX_QUEUED", 1000, minimum=1)
 # A task's wall-time limit when it names none; 0 means no limit (hbridge's default). Explicit limits stay capped.
 BRIDGE_TASK_TIMEOUT_S = env_int("BRIDGE_TASK_TIMEOUT_S", 1800, minimum=0)
 BRIDGE_PERMISSION_TIMEOUT_S = env_int("BRIDGE_PERMISSION_TIMEOUT_S", 600, minimum=1)
+# Bridge's own address as a person's phone or a webhook receiver reaches it: one-tap decision links are made on it.
+BRIDGE_PUBLIC_URL = os.environ.get("BRIDGE_PUBLIC_URL", "http://127.0.0.1:8800").rstrip("/")
 BRIDGE_MAX_PROMPT_BYTES = env_int("BRIDGE_MAX_PROMPT_BYTES", 256 * 1024, minimum=1)
 # A request body Django reads at most; a larger one is answered 413 (web/middleware.py). Room for the largest prompt
 # and a permission's updatedInput (1 MiB) even when JSON escapes every character as \uXXXX (six bytes each).

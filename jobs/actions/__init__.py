@@ -21,6 +21,7 @@ from jobs.actions.imports import (
     ImportReport,
     import_legacy,
 )
+from jobs.actions.links import Link, decide_by_link, decision_links, link_token, read_link
 from jobs.actions.liveness import (
     SystemState,
     orphan,
@@ -122,6 +123,11 @@ from jobs.actions.worktrees import (
 )
 
 __all__ = [
+    "Link",
+    "decide_by_link",
+    "decision_links",
+    "link_token",
+    "read_link",
     "AGENT_OPTIONS",
     "DEFAULT_HBRIDGE_TASKS",
     "DEFAULT_MCP_CONFIG",
