@@ -210,6 +210,7 @@ def requests_met(rules: list[PermissionRule], newest: int = 5) -> dict[int, "Rul
             place=Window(RowNumber(), partition_by=F("rule_id"), order_by=[F("created_at").desc(), F("id").desc()])
         )
         .filter(place__lte=newest)
+        .order_by("rule_id", "place")
         .select_related("task")
     )
     uses = {rule_id: RuleUse(count, []) for rule_id, count in counts.items()}

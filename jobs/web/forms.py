@@ -4,7 +4,7 @@ import json
 
 from django import forms
 
-from jobs.core.vocabulary import Agent, Isolation, PermissionMode, choices
+from jobs.core.vocabulary import Agent, Isolation, PermissionMode, Remember, RuleDecision, choices
 
 
 class NewTaskForm(forms.Form):
@@ -79,10 +79,28 @@ class MergeForm(forms.Form):
     strategy = forms.ChoiceField(choices=[("merge", "Merge"), ("squash", "Squash")])
 
 
+# How far a decision on a permission card is remembered as a rule (jobs/actions/rules.py, `remember`).
+REMEMBER_CHOICES = [
+    ("", "Just this once"),
+    (Remember.TASK, "For this task"),
+    (Remember.SESSION, "For this session"),
+    (Remember.PROJECT, "For this project"),
+    (Remember.ALWAYS, "Always"),
+]
+
+
 class DecisionForm(forms.Form):
     behavior = forms.ChoiceField(choices=[("allow", "Allow"), ("deny", "Deny")])
     message = forms.CharField(required=False)
     updated_input = forms.CharField(required=False)
+    remember = forms.ChoiceField(choices=REMEMBER_CHOICES, required=False)
+    rule = forms.CharField(required=False)
+
+    def clean_remember(self) -> str | None:
+        return self.cleaned_data["remember"] or None
+
+    def clean_rule(self) -> str | None:
+        return self.cleaned_data["rule"] or None
 
     def clean_updated_input(self) -> dict | None:
         raw = self.cleaned_data["updated_input"].strip()
@@ -95,3 +113,45 @@ class DecisionForm(forms.Form):
         if not isinstance(value, dict):
             raise forms.ValidationError("the edited input must be a JSON object, like the original")
         return value
+
+
+class RuleForm(forms.Form):
+    """A permission rule as a person types it; jobs.actions.add_rule checks the pattern, the root and the rest."""
+
+    rule = forms.CharField(
+        widget=forms.TextInput(attrs={"placeholder": "Bash(npm run test:*)", "spellcheck": "false"}),
+        help_text="Claude Code's rule syntax: Bash(git status), Bash(npm run test:*), Read(src/**), Edit(docs/*.md), "
+        "WebFetch(domain:example.com), mcp__server__tool.",
+    )
+    decision = forms.ChoiceField(
+        choices=choices(RuleDecision),
+        initial=RuleDecision.ALLOW,
+        help_text="Deny beats ask beats allow; ask always leaves the request to a person.",
+    )
+    message = forms.CharField(
+        label="Message (deny only)",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="What the agent is told when this rule denies.",
+    )
+    root = forms.CharField(
+        label="Directory",
+        required=False,
+        widget=forms.TextInput(attrs={"list": "allowed-roots", "spellcheck": "false"}),
+        help_text="Only tasks in this directory or under it; empty for everywhere.",
+    )
+    agent = forms.ChoiceField(choices=[("", "Any agent"), *choices(Agent)], required=False)
+    expires_at = forms.DateTimeField(
+        label="Expires (UTC)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        help_text="Empty: it never expires.",
+    )
+
+
+class PresetForm(forms.Form):
+    """A preset switched on or off for a root; jobs.actions.switch_preset checks the name and the root."""
+
+    preset = forms.CharField()
+    root = forms.CharField(required=False)
+    on = forms.TypedChoiceField(choices=[("1", "on"), ("0", "off")], coerce=lambda value: value == "1")

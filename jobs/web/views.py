@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from functools import wraps
 from typing import TypeVar
 
+from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model, login
@@ -20,20 +21,21 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Max
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils.http import urlsafe_base64_decode
-from django.views.decorators.http import require_GET, require_POST, require_safe
+from django.views.decorators.http import require_GET, require_http_methods, require_POST, require_safe
 
 from jobs import actions, processes
 from jobs.actions import tokens
 from jobs.agents import executors, hermes_skills
-from jobs.core.access import Scope
+from jobs.core.access import Caller, Scope
 from jobs.core.errors import BridgeError, ErrorCode, InvalidInput, Unauthenticated
 from jobs.core.hints import manage_command
 from jobs.core.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, PermissionMode, Source, Status, choices
 from jobs.models import PermissionRequest, Task, TaskCount, TaskEvent
 from jobs.web import auth, hbridge, reports
-from jobs.web.forms import DecisionForm, FollowUpForm, MergeForm, NewTaskForm
+from jobs.web.forms import REMEMBER_CHOICES, DecisionForm, FollowUpForm, MergeForm, NewTaskForm, PresetForm, RuleForm
 from jobs.web.watching import TaskWatch, on_stream_readers
 
 SSE_BATCH = 500
@@ -225,6 +227,7 @@ def task_page(request: HttpRequest, task_id: str) -> HttpResponse:
         "is_terminal": task.is_terminal,
         "session_total": reports.session_total(task.session) if task.session else None,
         "worktree": actions.worktree_data(task.worktree),
+        "remember_choices": REMEMBER_CHOICES,
     }
     return render(request, "jobs/task.html", context)
 
@@ -362,8 +365,7 @@ def decide(request: HttpRequest, task_id: str, request_id: str) -> JsonResponse:
     who, task = auth.task_for(request, task_id, Scope.DECIDE)
     form = DecisionForm(request.POST)
     if not form.is_valid():
-        problems = "; ".join(str(e) for errors in form.errors.values() for e in errors)
-        raise InvalidInput(problems)
+        raise InvalidInput(form_problems(form))
     data = form.cleaned_data
     perm = actions.decide_permission(
         task,
@@ -373,8 +375,16 @@ def decide(request: HttpRequest, task_id: str, request_id: str) -> JsonResponse:
         message=data["message"],
         by=who.name,
         via=DecidedVia.WEB,
+        remember=data["remember"],
+        rule=data["rule"],
+        caller=who,
     )
-    return JsonResponse(actions.permission_data(perm))
+    return JsonResponse(actions.permission_data(perm, list(perm.remembered_as.order_by("pk"))))
+
+
+def form_problems(form: forms.Form) -> str:
+    """What a form refused, in one line."""
+    return "; ".join(str(error) for errors in form.errors.values() for error in errors)
 
 
 @login_required
@@ -391,6 +401,84 @@ def usage(request: HttpRequest) -> HttpResponse:
         "chart_left": reports.CHART_LEFT,
     }
     return render(request, "jobs/usage.html", context)
+
+
+# --- permission rules ----------------------------------------------------------------------------------------------
+
+RULE_USES_SHOWN = 5  # the newest requests each rule met that its row lists
+
+
+@login_required
+@require_http_methods(["GET", "HEAD", "POST"])
+@page_errors
+def rules_page(request: HttpRequest) -> HttpResponse:
+    """The user's permission rules: what each decides, where, who made it and which requests it met; the form adds
+    one (a refusal is shown on it, with what was typed kept), and the presets switch on and off per directory."""
+    if request.method != "POST":
+        return render(request, "jobs/rules.html", rules_context(request, auth.require(request, Scope.READ), RuleForm()))
+    who = auth.require(request, Scope.DECIDE)
+    form = RuleForm(request.POST)
+    if form.is_valid():
+        try:
+            made = actions.add_rule(**form.cleaned_data, by=who.name, caller=who)
+        except BridgeError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"Rule {made.pk} added: {made.decision} {made.pattern}.")
+            return redirect("rules")
+    return render(request, "jobs/rules.html", rules_context(request, who, form))
+
+
+def rules_context(request: HttpRequest, who: Caller, form: RuleForm) -> dict:
+    """The rules page's rules (live ones, or with ?all=1 every rule ever made), each with the requests it met."""
+    include_ended = request.GET.get("all") == "1"
+    rules = actions.list_rules(include_ended, caller=who)
+    uses = actions.requests_met(rules, newest=RULE_USES_SHOWN)
+    return {
+        "form": form,
+        "rules": [{"rule": actions.rule_data(rule), "uses": uses.get(rule.pk)} for rule in rules],
+        "include_ended": include_ended,
+        "presets": actions.presets_data(who),
+        "allowed_roots": [str(root) for root in settings.BRIDGE_ALLOWED_ROOTS],
+        "may_change": who.has(Scope.DECIDE),
+    }
+
+
+@login_required
+@require_POST
+@page_errors
+def remove_rule(request: HttpRequest, rule_id: int) -> HttpResponse:
+    who = auth.require(request, Scope.DECIDE)
+    try:
+        rule = actions.remove_rule(rule_id, by=who.name, caller=who)
+    except BridgeError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Rule {rule.pk} removed: {rule.decision} {rule.pattern}.")
+    return redirect("rules")
+
+
+@login_required
+@require_POST
+@page_errors
+def switch_preset(request: HttpRequest) -> HttpResponse:
+    who = auth.require(request, Scope.DECIDE)
+    form = PresetForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, form_problems(form))
+        return redirect("rules")
+    name, root, on = form.cleaned_data["preset"], form.cleaned_data["root"], form.cleaned_data["on"]
+    try:
+        changed = actions.switch_preset(name, root, on=on, by=who.name, caller=who)
+    except BridgeError as exc:
+        messages.error(request, exc.message)
+        return redirect("rules")
+    where, rules = root or "everywhere", f"{len(changed)} rule{pluralize(len(changed))}"
+    if on:
+        messages.success(request, f"Preset {name} is on for {where}: {f'{rules} made' if changed else 'on already'}.")
+    else:
+        messages.success(request, f"Preset {name} is off for {where}: {rules} removed.")
+    return redirect("rules")
 
 
 # --- login ---------------------------------------------------------------------------------------------------------

@@ -189,7 +189,7 @@
       card.querySelector(".input").textContent = pretty(perm.input);
       card.querySelector(".edited").value = JSON.stringify(perm.input, null, 2);
       card.querySelector(".edit").hidden = acp; // ACP has no way to change a tool's input
-      wireCard(card, perm.request_id);
+      wireCard(card, perm);
       cards.prepend(card);
     }
     const badge = card.querySelector(".state");
@@ -202,6 +202,8 @@
       const decision = card.querySelector(".decision");
       decision.hidden = false;
       decision.textContent = describeDecision(perm);
+      if (perm.rule_id && perm.decided_via === "policy") decision.append(" ", ruleLink(perm.rule_id, "See the rule"));
+      if (perm.remembered?.length) showRemembered(card, perm.remembered);
       if (perm.updated_input && perm.tool_use_id) {
         editedInputs[perm.tool_use_id] = perm.updated_input;
         if (tools[perm.tool_use_id]) showEditedInput(tools[perm.tool_use_id], perm.updated_input);
@@ -229,7 +231,40 @@
     return ["done", "failed", "cancelled", "timeout", "orphaned"].includes(status);
   }
 
-  function wireCard(card, requestId) {
+  // The rules a remembered decision made, each a way to the Rules page.
+  function showRemembered(card, made) {
+    const note = card.querySelector(".remembered");
+    note.replaceChildren(made.length === 1 ? "Remembered as the rule " : "Remembered as the rules ");
+    made.forEach((rule, index) => {
+      if (index) note.append(", ");
+      note.append(el("code", "", rule.rule), ` (${rule.decision}) `, ruleLink(rule.id, `rule ${rule.id}`));
+    });
+    note.hidden = false;
+  }
+
+  function ruleLink(ruleId, text) {
+    const link = el("a", "rule-link", text);
+    link.href = `${root.dataset.rulesUrl}#rule-${ruleId}`;
+    return link;
+  }
+
+  const REMEMBERED_FOR = { task: "this task", session: "this session", project: "this project", always: "everywhere" };
+
+  // One click on a rule the agent offered: its decision, remembered as that very rule for the scope it names.
+  function suggestionButton(suggestion, send, message) {
+    const deny = suggestion.decision === "deny";
+    const label = `${deny ? "Deny" : "Allow"} always: ${suggestion.rule} — ${REMEMBERED_FOR[suggestion.remember]}`;
+    const button = el("button", deny ? "danger suggestion" : "suggestion", label);
+    button.type = "button";
+    button.onclick = () => send({
+      behavior: suggestion.decision, remember: suggestion.remember, rule: suggestion.rule,
+      ...(deny ? { message: message.value } : {}),
+    });
+    return button;
+  }
+
+  function wireCard(card, perm) {
+    const requestId = perm.request_id;
     const error = card.querySelector(".error-text");
     async function send(fields) {
       error.hidden = true;
@@ -250,11 +285,16 @@
         for (const b of card.querySelectorAll("button")) b.disabled = false;
       }
     }
-    card.querySelector(".allow").onclick = () => send({ behavior: "allow" });
-    card.querySelector(".deny").onclick = () =>
-      send({ behavior: "deny", message: card.querySelector(".message").value });
+    const scope = card.querySelector(".remember-scope");
+    const message = card.querySelector(".message");
+    const decide = (fields) => send(scope.value ? { ...fields, remember: scope.value } : fields);
+    card.querySelector(".allow").onclick = () => decide({ behavior: "allow" });
+    card.querySelector(".deny").onclick = () => decide({ behavior: "deny", message: message.value });
     card.querySelector(".allow-edited").onclick = () =>
-      send({ behavior: "allow", updated_input: card.querySelector(".edited").value });
+      decide({ behavior: "allow", updated_input: card.querySelector(".edited").value });
+    const suggestions = card.querySelector(".suggestions");
+    suggestions.append(...(perm.suggested_rules || []).map((s) => suggestionButton(s, send, message)));
+    suggestions.hidden = !suggestions.childElementCount;
   }
 
   // Events that draw nothing, or only extend what is streaming: they do not end an ACP agent's streamed message.

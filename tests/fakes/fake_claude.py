@@ -6,6 +6,8 @@ floods, signals) fast and deterministic. The prompt is a small script, one comma
     say TEXT                 an assistant text block
     ask TOOL JSON            a can_use_tool request; waits for the answer; "Bash" with {"command"} runs it if allowed
     ask2 TOOL JSON JSON      two requests pending at once
+    suggest JSON             the next ask's (or ask2's) permission_suggestions, a JSON list in the CLI's shape
+                             ([{"type": "addRules", "rules": [{"toolName", "ruleContent"}], "behavior", "destination"}])
     sleep SECONDS            (interruptible by an interrupt control request)
     write PATH TEXT          the file PATH (relative to the cwd) holds TEXT (`\\n` for a newline) and a newline
     delete PATH              remove the file PATH
@@ -62,6 +64,7 @@ class Interrupted(Exception):
 
 pending: list[str] = []
 deaf = False
+suggestions: list = []  # the next ask's permission_suggestions (`suggest`)
 
 
 def handle_control(message: dict | None) -> dict | None:
@@ -109,6 +112,8 @@ def assistant_text(text: str) -> None:
 
 
 def ask(tools: list[tuple[str, dict]]) -> None:
+    global suggestions
+    offered, suggestions = suggestions, []
     ids = []
     for name, tool_input in tools:
         request_id = str(uuid.uuid4())
@@ -132,7 +137,7 @@ def ask(tools: list[tuple[str, dict]]) -> None:
                     "tool_name": name,
                     "input": tool_input,
                     "tool_use_id": tool_use_id,
-                    "permission_suggestions": [],
+                    "permission_suggestions": offered,
                 },
             }
         )
@@ -210,7 +215,7 @@ def result(is_error: bool, text: str, subtype: str = "success") -> None:
 
 
 def run_script(prompt: str) -> None:
-    global deaf
+    global deaf, suggestions
     last_text = "done"
     for line in prompt.splitlines():
         command, _, rest = line.strip().partition(" ")
@@ -220,6 +225,8 @@ def run_script(prompt: str) -> None:
         elif command == "ask":
             name, _, raw = rest.partition(" ")
             ask([(name, json.loads(raw or "{}"))])
+        elif command == "suggest":
+            suggestions = json.loads(rest)
         elif command == "ask2":
             name, first, second = shlex.split(rest)
             ask([(name, json.loads(first)), (name, json.loads(second))])

@@ -58,6 +58,8 @@ OPERATIONS: dict[str, tuple[Scope, Callable[[Task], dict]]] = {
     "POST /v1/rules": (Scope.DECIDE, lambda task: {"rule": "Bash(git status)", "decision": "allow"}),
     "GET /v1/rules": (Scope.READ, lambda task: {}),
     "DELETE /v1/rules/{rule_id}": (Scope.DECIDE, lambda task: {"rule_id": actions.add_rule("Read", "allow").pk}),
+    "GET /v1/rules/presets": (Scope.READ, lambda task: {}),
+    "POST /v1/rules/presets": (Scope.DECIDE, lambda task: {"preset": "read-only", "root": task.cwd}),
 }
 # What an operation answers once the scope let it through, when that is not 200: merging or discarding the task here
 # (which ran in its cwd, not a worktree of its own) is a conflict of the task's, not a refusal of the caller's.
