@@ -42,6 +42,13 @@ class NewTaskForm(forms.Form):
     model = forms.CharField(required=False, help_text="Empty for the agent's default model.")
     max_turns = forms.IntegerField(required=False, min_value=1, max_value=10_000)
     timeout_s = forms.IntegerField(label="Timeout (seconds)", required=False, min_value=1)
+    permission_timeout_s = forms.IntegerField(
+        label="Wait for a decision (seconds)",
+        required=False,
+        min_value=1,
+        help_text="How long each permission request waits before it is denied; empty for the server's "
+        "BRIDGE_PERMISSION_TIMEOUT_S.",
+    )
     disallowed_tools = forms.CharField(
         label="Tools to deny (Claude Code)",
         required=False,

@@ -267,6 +267,7 @@ def new_task(request: HttpRequest) -> HttpResponse:
                 agent=data["agent"],
                 permission_mode=data["permission_mode"],
                 timeout_s=data["timeout_s"],
+                permission_timeout_s=data["permission_timeout_s"],
                 options=form.options(),
                 source=Source.WEB,
                 created_by=who.name,

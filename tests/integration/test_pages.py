@@ -105,16 +105,18 @@ def test_new_task_form_queues_through_actions(work_root, browser):
             "model": "sonnet",
             "max_turns": "3",
             "timeout_s": "60",
+            "permission_timeout_s": "3600",
         },
     )
     assert response.status_code == 302
     [task] = Task.objects.all()
     assert response["Location"] == f"/tasks/{task.public_id}/"
-    assert (task.source, task.created_by, task.cwd, task.timeout_s) == (
+    assert (task.source, task.created_by, task.cwd, task.timeout_s, task.permission_timeout_s) == (
         Source.WEB,
         "user:alice",
         str(work_root / "proj"),
         60,
+        3600,
     )
     assert task.options == {"model": "sonnet", "max_turns": 3}
 
