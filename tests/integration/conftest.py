@@ -1,8 +1,20 @@
 """Fixtures the integration modules share (the suite-wide ones are in tests/conftest.py)."""
 
+from pathlib import Path
+
 import pytest
 
 from tests.bridge_server import BridgeServer
+
+
+@pytest.fixture
+def rooms(work_root) -> tuple[Path, Path]:
+    """Two directories inside the allowed root: one that a rule, a token or a preset is limited to, and one beside
+    it that it must not reach."""
+    mine, theirs = work_root / "a", work_root / "b"
+    mine.mkdir()
+    theirs.mkdir()
+    return mine, theirs
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ import asyncio
 import json
 import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,15 +43,6 @@ def request(task: Task, command: str, request_id: str = "r1") -> PermissionReque
     return actions.record_permission_request(
         task, request_id=request_id, tool_name="Bash", tool_input={"command": command}
     )
-
-
-@pytest.fixture
-def rooms(work_root) -> tuple[Path, Path]:
-    """Two roots inside the allowed root: a rule made for the first, tasks in both."""
-    first, second = work_root / "a", work_root / "b"
-    first.mkdir()
-    second.mkdir()
-    return first, second
 
 
 # --- with the fake agent ---------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ suggestions are one-click rules; a preset switches a set of rules on per root. R
 all go through the same functions."""
 
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -33,14 +32,6 @@ HERMES_OPTIONS = [  # what Hermes 0.19 offers for a dangerous command (tests/fak
     {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
     {"optionId": "deny_always", "name": "Deny always", "kind": "reject_always"},
 ]
-
-
-@pytest.fixture
-def rooms(work_root) -> tuple[Path, Path]:
-    first, second = work_root / "a", work_root / "b"
-    first.mkdir()
-    second.mkdir()
-    return first, second
 
 
 def asked(task: Task, command: str, request_id: str, **more) -> PermissionRequest:

@@ -42,15 +42,6 @@ def browser(user) -> Client:
     return client
 
 
-@pytest.fixture
-def rooms(work_root) -> tuple[Path, Path]:
-    """Two directories inside the allowed root."""
-    mine, theirs = work_root / "mine", work_root / "theirs"
-    mine.mkdir()
-    theirs.mkdir()
-    return mine, theirs
-
-
 def asking(command: str, cwd: Path | None = None, suggestions: list | None = None) -> tuple[Task, PermissionRequest]:
     """A task with one request to run `command`, recorded as its executor would."""
     task = make_task("ask Bash", cwd=str(cwd) if cwd else None)

@@ -114,15 +114,6 @@ def token_for(scope: Scope, *roots: Path) -> str:
     return actions.create_token(f"{scope}-{len(roots)}", scope, [str(root) for root in roots])[1]
 
 
-@pytest.fixture
-def rooms(work_root) -> tuple[Path, Path]:
-    """Two directories inside the allowed root: a token limited to the first, tasks in both."""
-    mine, theirs = work_root / "mine", work_root / "theirs"
-    mine.mkdir()
-    theirs.mkdir()
-    return mine, theirs
-
-
 # --- scopes, per REST operation ------------------------------------------------------------------------------------
 
 
