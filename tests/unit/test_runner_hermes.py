@@ -143,6 +143,20 @@ def test_acp_api_error_is_text_without_usage():
     assert outcome.error == "API call failed after 3 retries: HTTP 500: Boom from fake"
 
 
+def test_a_turn_without_usage_fails_only_for_hermes_not_for_an_agent_that_follows_the_protocol():
+    """That an `end_turn` without usage is a failed model call is Hermes 0.19's quirk, not ACP's."""
+
+    class PlainAgent(AcpRunner):
+        def command(self) -> list[str]:
+            return ["some-acp-agent"]
+
+    hermes, _, _ = replay("api_error")
+    plain = PlainAgent(RunSpec(agent="hermes", prompt="p", cwd="/tmp/w"))
+    plain.prompt_result, plain.message_parts = hermes.prompt_result, list(hermes.message_parts)
+    assert "usage" not in (plain.prompt_result or {})
+    assert (hermes.outcome(0, "").status, plain.outcome(0, "").status) == (Status.FAILED, Status.DONE)
+
+
 def test_acp_resume_loads_the_session_and_keeps_history_out_of_the_result():
     session_id = sent("resume2")[1]["params"]["sessionId"]
     runner, steps, written = replay("resume2", resume_session_id=session_id)

@@ -99,6 +99,16 @@ class HermesAcpRunner(AcpRunner):
             calls.append(("session/set_mode", {"sessionId": self.session_id, "modeId": "dont_ask"}))
         return calls
 
+    def outcome(self, exit_code: int, stderr_tail: str) -> Outcome:
+        """Hermes 0.19 reports a failed model call as ordinary text, ending its turn `end_turn` without `usage`
+        (tests/fakes/HERMES_NOTES.md): that turn failed. An agent that follows the protocol may leave usage out."""
+        result = self.prompt_result
+        if result is not None and not self.failure and result.get("stopReason") == "end_turn" and "usage" not in result:
+            text = self.final_text()
+            error = text or "Hermes ended its turn without calling the model"
+            return Outcome(Status.FAILED, exit_code=exit_code, result=text, error=error)
+        return super().outcome(exit_code, stderr_tail)
+
     def _on_initialized(self, result: dict) -> Step:
         """BRIDGE_HERMES_MODE=acp with options only one-shot can pass: run anyway, and say what was left out."""
         step = super()._on_initialized(result)
