@@ -1,10 +1,11 @@
-"""URL map: /health is open; /v1/ is the REST API (OpenAPI at /v1/docs); the pages; /admin/ for history."""
+"""URL map: /health is open; /v1/ is the REST API (OpenAPI at /v1/docs); the pages (a decision link's, /decide/<token>,
+needs no login); /admin/ for history."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, re_path
 
-from jobs.web import views
+from jobs.web import decisions, views
 from jobs.web.api import api
 
 urlpatterns = [
@@ -25,6 +26,9 @@ urlpatterns = [
     path("rules/<int:rule_id>/remove", views.remove_rule, name="rule-remove"),
     path("rules/presets", views.switch_preset, name="rule-presets"),
     path("usage/", views.usage, name="usage"),
+    path("decide/", decisions.pending_decisions, name="decide-pending"),
+    # Whatever follows (line breaks and slashes too): a damaged link gets the page that says so, not a 404.
+    re_path(r"^decide/(?P<token>(?s:.+))\Z", decisions.decide_link, name="decide-link"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("login/link/<str:uidb64>/<str:token>/", views.login_with_link, name="login-link"),

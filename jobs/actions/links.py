@@ -57,7 +57,7 @@ def read_link(token: str) -> Link:
         raise InvalidInput("this decision link names no permission request Bridge still has")
     if perm.status != PermissionStatus.PENDING:
         how = f" via {perm.decided_via}" if perm.decided_via else ""
-        who = f" by {perm.decided_by}" if perm.decided_by else ""
+        who = f" by {perm.decided_by}" if perm.decided_by not in ("", perm.decided_via) else ""
         raise Conflict(
             f"this request was already {perm.status}{how}{who}; the link decides nothing more",
             code=ErrorCode.ALREADY_DECIDED,

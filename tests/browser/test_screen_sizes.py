@@ -132,6 +132,13 @@ def in_admin(page, scene: Scene) -> None:
     expect()(page.locator("#task_form")).to_be_visible()
 
 
+def decision_link(page, scene: Scene) -> None:
+    """The waiting task's Allow link, where the list of pending decisions posts it, opened (which decides nothing)."""
+    card = page.locator(f'.pending-decision:has(a[href="/tasks/{scene.waiting}/"])')
+    page.goto(card.locator("form").first.evaluate("form => form.action"))
+    expect()(page.locator("#decide-confirm")).to_be_visible()
+
+
 # Every page, by name: its path (given the scene) and what shows it is ready to be measured.
 PAGES = {
     "dashboard": (lambda s: "/", dashboard),
@@ -144,6 +151,9 @@ PAGES = {
     "admin": (lambda s: "/admin/", shown("#content")),
     "admin-tasks": (lambda s: "/admin/jobs/task/", shown("#result_list")),
     "admin-task": (lambda s: f"/tasks/{s.finished}/", in_admin),
+    "decide-pending": (lambda s: "/decide/", shown(".pending-decision .tap")),
+    "decide-link": (lambda s: "/decide/", decision_link),
+    "decide-refused": (lambda s: f"/decide/{s.sentence.replace(' ', '')}", shown("#decide-refused")),
 }
 
 

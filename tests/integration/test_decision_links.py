@@ -40,7 +40,7 @@ def test_a_link_decides_once_and_then_says_how_the_request_was_decided(pending):
     token = token_of(actions.decision_links(pending)["allow"])
     decided = actions.decide_by_link(token, by="phone")
     assert (decided.status, decided.decided_via, decided.decided_by) == ("allowed", "link", "phone")
-    with pytest.raises(Conflict, match="already allowed via link by phone"):
+    with pytest.raises(Conflict, match="already allowed via link by phone; the link decides nothing more"):
         actions.decide_by_link(actions.link_token(pending, "deny"))
     assert actions.decision_links(PermissionRequest.objects.get(pk=pending.pk)) == {}
 
