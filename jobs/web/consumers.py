@@ -16,7 +16,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.db import connection
-from django.db.models import Max
+from django.db.models import Max, QuerySet
+from django.db.models.functions import Substr
 from django.http.request import split_domain_port, validate_host
 from django.template.loader import render_to_string
 
@@ -35,6 +36,8 @@ EVENT_BATCH = 500
 LIST_MIN_INTERVAL_S = 0.25  # the list coalesces bursts of news (token streaming) into a few updates
 PERMISSION_KINDS = ("permission_request", "permission_decision")
 LIST_OVERLAP = 200  # ids can commit out of order on PostgreSQL: look back a little, rows are idempotent
+PROMPT_HEAD = 100  # characters of a task's prompt the list sends for a notification to show
+PENDING_SHOWN = 50  # the newest waiting permission requests each list message names (pending_permissions counts all)
 
 
 class SameOriginOnly:
@@ -256,45 +259,92 @@ class TaskEventsConsumer(BridgeConsumer):
 
 
 class TaskListConsumer(BridgeConsumer):
-    """/ws/tasks/?since=CURSOR — rows of tasks with news after the cursor (a transcript event id), re-rendered."""
+    """/ws/tasks/?since=CURSOR — rows of tasks with news after the cursor (a transcript event id), re-rendered, and
+    the permission requests waiting for someone. The first message comes at once, rows or not, so every page learns
+    the counts and the cursor; without `since` the cursor is the newest event's: a page that shows no rows (the
+    pending count in every tab's title, static/bridge/notify.js) wants only what comes next."""
 
     key = doorbell.TASKS
 
     async def open(self) -> None:
-        self.cursor = parse_since(self.scope, "the list cursor you saw")
+        if "since" in parse_qs(self.scope.get("query_string", b"").decode()):
+            self.cursor = parse_since(self.scope, "the list cursor you saw")
+        else:
+            self.cursor = await database_sync_to_async(newest_event_id)()
 
     @database_sync_to_async
-    def read_changes(self) -> dict | None:
+    def read_changes(self, first: bool) -> dict | None:
+        """The rows with news after the cursor; None when there is none, except for the first message."""
         actions.settle_running_tasks()  # a row whose supervisor died turns orphaned here, with the event that says so
         newer = TaskEvent.objects.filter(pk__gt=max(0, self.cursor - LIST_OVERLAP))
-        latest = newer.aggregate(latest=Max("pk"))["latest"]
-        if latest is None or latest <= self.cursor:
+        latest = newer.aggregate(latest=Max("pk"))["latest"] or 0
+        if latest <= self.cursor and not first:
             return None
+        changes = {
+            "type": "tasks",
+            "cursor": max(latest, self.cursor),
+            "tasks": self.rows_with_news(newer) if latest > self.cursor else [],
+            "pending_permissions": PermissionRequest.objects.pending().count(),
+            "pending": self.pending_requests(),
+            "counts": TaskCount.by_status(),
+        }
+        connection.close_if_unusable_or_obsolete()
+        return changes
+
+    def rows_with_news(self, newer: QuerySet[TaskEvent]) -> list[dict]:
+        """Each task with an event in `newer`: its row as the dashboard renders it, and what a notification of its
+        end says."""
         task_ids = set(newer.values_list("task_id", flat=True).distinct())
         tasks = Task.objects.filter(pk__in=task_ids).select_related("session").with_pending_count().newest_first()
-        rows = [
-            {"id": str(task.public_id), "status": task.status, "agent": task.agent, "html": render_row(task)}
+        return [
+            {
+                "id": str(task.public_id),
+                "status": task.status,
+                "agent": task.agent,
+                "prompt": task.prompt[:PROMPT_HEAD],
+                "finished_at": task.finished_at.isoformat() if task.finished_at else None,
+                "html": render_row(task),
+            }
             for task in tasks
             if self.caller.covers(task.cwd)  # a token limited to roots sees only the tasks under them
         ]
-        connection.close_if_unusable_or_obsolete()
-        return {
-            "type": "tasks",
-            "cursor": latest,
-            "tasks": rows,
-            "pending_permissions": PermissionRequest.objects.pending().count(),
-            "counts": TaskCount.by_status(),
-        }
+
+    def pending_requests(self) -> list[dict]:
+        """The newest permission requests waiting for someone, with what a notification of each says."""
+        waiting = (
+            PermissionRequest.objects.pending()
+            .order_by("-created_at", "-id")
+            .annotate(prompt=Substr("task__prompt", 1, PROMPT_HEAD))
+            .values("request_id", "tool_name", "created_at", "prompt", "task__public_id", "task__cwd")
+        )
+        return [
+            {
+                "request_id": row["request_id"],
+                "task_id": str(row["task__public_id"]),
+                "tool": row["tool_name"],
+                "prompt": row["prompt"],
+                "asked_at": row["created_at"].isoformat(),
+            }
+            for row in waiting[:PENDING_SHOWN]
+            if self.caller.covers(row["task__cwd"])
+        ]
 
     async def run_pump(self) -> None:
+        first = True
         while True:
-            changes = await self.read_changes()
+            changes = await self.read_changes(first)
+            first = False
             if changes is not None:
                 self.cursor = changes["cursor"]
                 await self.send_json(changes)
                 await asyncio.sleep(LIST_MIN_INTERVAL_S)
                 continue
             await self.waiter.wait(timeout=settings.BRIDGE_POLL_S)
+
+
+def newest_event_id() -> int:
+    """The list cursor that names everything written so far."""
+    return TaskEvent.objects.aggregate(latest=Max("pk"))["latest"] or 0
 
 
 def render_row(task: Task) -> str:

@@ -11,32 +11,38 @@ document.addEventListener("submit", (event) => {
 });
 
 const Bridge = {
-  /** Open ws `path`, resuming from getSince() after a drop; stop when onMessage returns "end". */
+  /** Open ws `path`, resuming from getSince() after a drop (null: no `since`, the socket's own start); stop when
+   * onMessage returns "end". `live`, if given, is the element that says how the connection is. */
   follow(path, getSince, onMessage, live) {
     let closedForGood = false;
     let delay = 500;
+    const say = (text, className) => {
+      if (live) {
+        live.textContent = text;
+        live.className = className;
+      }
+    };
     function connect() {
       const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-      const ws = new WebSocket(`${scheme}//${location.host}${path}?since=${getSince()}`);
-      ws.onopen = () => { delay = 500; live.textContent = "live"; live.className = "live on"; };
+      const since = getSince();
+      const query = since === null ? "" : `?since=${since}`;
+      const ws = new WebSocket(`${scheme}//${location.host}${path}${query}`);
+      ws.onopen = () => { delay = 500; say("live", "live on"); };
       ws.onmessage = (message) => {
         const data = JSON.parse(message.data);
         if (data.type === "error") {
           closedForGood = true;
-          live.textContent = data.message;
-          live.className = "live error";
+          say(data.message, "live error");
           return;
         }
         if (onMessage(data) === "end") {
           closedForGood = true;
-          live.textContent = "finished";
-          live.className = "live";
+          say("finished", "live");
         }
       };
       ws.onclose = () => {
         if (closedForGood) return;
-        live.textContent = "reconnecting…";
-        live.className = "live off";
+        say("reconnecting…", "live off");
         setTimeout(connect, delay);
         delay = Math.min(delay * 2, 10000);
       };

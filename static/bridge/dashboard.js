@@ -5,6 +5,7 @@
   const table = document.getElementById("tasks");
   const body = table.querySelector("tbody");
   let cursor = Number(table.dataset.cursor);
+  const notify = BridgeNotify.share(); // the title's count and the notifications read this socket too
   const wanted = (row) =>
     (!table.dataset.status || row.status === table.dataset.status) &&
     (!table.dataset.agent || row.agent === table.dataset.agent);
@@ -30,6 +31,7 @@
     document.getElementById("count-lost").textContent = message.counts.timeout + message.counts.orphaned;
     document.getElementById("empty").hidden = body.children.length > 0;
     Bridge.tickElapsed(body);
+    notify(message);
   }
 
   Bridge.follow("/ws/tasks/", () => cursor, apply, document.getElementById("live"));

@@ -224,7 +224,7 @@ def test_at_phone_size_the_menu_folds_behind_its_button(context, bridge):
         links = page.locator(".topbar nav a")
         expect()(links.first).to_be_hidden()
         page.get_by_text("Menu", exact=True).click()
-        expect()(links).to_have_text(["Tasks", "New task", "Rules", "Usage", "Admin"])
+        expect()(links).to_have_text(["Tasks", "New task", "Decisions", "Rules", "Usage", "Admin"])
         for link in links.all():
             expect()(link).to_be_visible()
         expect()(page.get_by_role("button", name="Log out")).to_be_visible()

@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from datetime import datetime
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -16,12 +17,19 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import connection
 from django.test import AsyncClient, Client
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from bridge.asgi import application
 from bridge.settings import redis_channel_layer
 from jobs import actions
 from jobs.core import doorbell
+from jobs.core.access import Caller
 from jobs.core.hints import manage_command
+from jobs.core.vocabulary import Status
+from jobs.models import Task
+from jobs.web.consumers import PROMPT_HEAD, TaskListConsumer
 from tests.support import make_task, skip_or_fail
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -235,6 +243,8 @@ def test_the_task_list_follows_new_and_changed_tasks(work_root, token):
     async def body():
         ws = communicator(f"/ws/tasks/?since={cursor}", bearer(token))
         assert (await ws.connect(timeout=10))[0]
+        first = await ws.receive_json_from(timeout=10)  # at once: the counts and the cursor, rows or not
+        assert (first["type"], first["cursor"], first["counts"]["queued"]) == ("tasks", cursor, 1)
         task = await database_sync_to_async(make_task)("a brand new task")
         message = await ws.receive_json_from(timeout=10)
         assert message["type"] == "tasks" and message["cursor"] > cursor
@@ -250,6 +260,94 @@ def test_the_task_list_follows_new_and_changed_tasks(work_root, token):
         await ws.disconnect()
 
     run(body)
+
+
+def test_the_task_list_without_a_cursor_starts_at_the_newest_event(work_root, token):
+    """A page that shows no rows (every page's title count, static/bridge/notify.js) connects without `since`: its
+    first message comes at once with the newest cursor and no rows, not every task there ever was."""
+    old = make_task("an older task")
+    newest = actions.events_since(old)[-1].pk
+
+    async def body():
+        ws = communicator("/ws/tasks/", bearer(token))
+        assert (await ws.connect(timeout=10))[0]
+        first = await ws.receive_json_from(timeout=10)
+        assert (first["type"], first["cursor"], first["tasks"]) == ("tasks", newest, [])
+        assert (first["pending_permissions"], first["pending"], first["counts"]["queued"]) == (0, [], 1)
+        task = await database_sync_to_async(make_task)("a brand new task")
+        message = await ws.receive_json_from(timeout=10)
+        assert message["cursor"] > newest and str(task.public_id) in {row["id"] for row in message["tasks"]}
+        await ws.disconnect()
+
+    run(body)
+
+
+def asking_task(prompt: str, cwd: str) -> Task:
+    """A task that runs (on a supervisor this process registers) and waits for an answer about Bash."""
+    task = make_task(prompt, cwd=cwd)
+    Task.objects.filter(pk=task.pk).update(status=Status.RUNNING, worker=actions.register_worker(1))
+    actions.record_permission_request(task, request_id="r1", tool_name="Bash", tool_input={"command": "ls"})
+    return task
+
+
+def test_the_task_list_names_the_requests_waiting_and_a_token_sees_only_its_roots(work_root, token):
+    """What a notification of a request says (the task, the tool, the prompt's head, when it was asked), and of a
+    task's end (its prompt's head, when it finished); a token limited to roots is told only of its tasks'
+    requests."""
+    (work_root / "mine").mkdir()
+    (work_root / "theirs").mkdir()
+    mine = asking_task("x" * (PROMPT_HEAD + 50), str(work_root / "mine"))
+    theirs = asking_task("their task", str(work_root / "theirs"))
+    limited = actions.create_token("mine-only", "read", [str(work_root / "mine")])[1]
+
+    async def first_message(credential: str) -> dict:
+        ws = communicator("/ws/tasks/?since=0", bearer(credential))
+        assert (await ws.connect(timeout=10))[0]
+        message = await ws.receive_json_from(timeout=10)
+        await ws.disconnect()
+        return message
+
+    async def body():
+        everything = await first_message(token)
+        asked = {(r["task_id"], r["tool"], r["prompt"], r["request_id"]) for r in everything["pending"]}
+        assert asked == {
+            (str(mine.public_id), "Bash", "x" * PROMPT_HEAD, "r1"),
+            (str(theirs.public_id), "Bash", "their task", "r1"),
+        }
+        assert all(datetime.fromisoformat(r["asked_at"]) > mine.created_at for r in everything["pending"])
+        assert everything["pending_permissions"] == 2
+        rows = {row["id"]: row for row in everything["tasks"]}
+        assert (rows[str(mine.public_id)]["prompt"], rows[str(mine.public_id)]["finished_at"]) == (
+            "x" * PROMPT_HEAD,
+            None,
+        )
+        only_mine = await first_message(limited)
+        assert [r["task_id"] for r in only_mine["pending"]] == [str(mine.public_id)]
+        await database_sync_to_async(actions.decide_permission)(mine, behavior="allow")
+        await database_sync_to_async(actions.finish_task)(mine, status=Status.DONE, exit_code=0)
+        after = await first_message(token)
+        assert [r["task_id"] for r in after["pending"]] == [str(theirs.public_id)]
+        assert {row["id"]: row for row in after["tasks"]}[str(mine.public_id)]["finished_at"] is not None
+
+    run(body)
+
+
+@hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    prompt=st.text(
+        st.characters(exclude_categories=("Cs",), exclude_characters="\x00"),
+        min_size=PROMPT_HEAD - 10,
+        max_size=2 * PROMPT_HEAD,
+    ).filter(str.strip)  # a prompt of spaces alone is refused
+)
+def test_a_waiting_requests_prompt_head_is_its_first_characters_whatever_they_are(work_root, prompt):
+    """The database cuts the prompt (so the list never reads a long one whole): by characters, as Python does, for
+    any alphabet, astral characters and line breaks included."""
+    task = asking_task(prompt, str(work_root))
+    listing = TaskListConsumer()
+    listing.caller = Caller(name="user:test")
+    [named] = [r for r in listing.pending_requests() if r["task_id"] == str(task.public_id)]
+    assert named["prompt"] == prompt[:PROMPT_HEAD]
 
 
 # --- across processes: a separate writer reaches the socket through Redis ---------------------------------------
