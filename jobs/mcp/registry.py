@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mcp.server.mcpserver.tools import Tool
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, InputRequiredResult, TextContent
 from pydantic import ConfigDict
 
 from jobs.core.errors import BridgeError, ErrorCode, Refused
@@ -23,6 +23,15 @@ class ErrorReport(Exception):
     """A complete reply that reports trouble (hermes_health): sent as it is, flagged is_error."""
 
 
+class NeedsInput(Exception):
+    """This round of the call ends with a question for the client's user (2026-07-28: jobs/mcp/calls.py); the
+    client's retry of the call brings the answer."""
+
+    def __init__(self, result: InputRequiredResult) -> None:
+        super().__init__("input required")
+        self.result = result
+
+
 def _flagged(text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
@@ -32,9 +41,11 @@ def tool(fn: Callable[..., Awaitable[str]]) -> Callable[..., Awaitable[str]]:
     error path would put "Error executing tool …" before the STATUS line and drop the error's code."""
 
     @functools.wraps(fn)
-    async def replying(**arguments: Any) -> str | CallToolResult:
+    async def replying(**arguments: Any) -> str | CallToolResult | InputRequiredResult:
         try:
             return await fn(**arguments)
+        except NeedsInput as asked:
+            return asked.result
         except ErrorReport as exc:
             return _flagged(str(exc))
         except BridgeError as exc:

@@ -12,6 +12,7 @@ Nothing here reads the database beyond the objects given.
 import json
 import re
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from jobs.agents.hermes_skills import Skill, SkillLibrary
 from jobs.core.errors import ErrorCode
 from jobs.core.hints import manage_command
 from jobs.core.terminal import printable
-from jobs.core.vocabulary import ChangesState, Status, WorktreeState
+from jobs.core.vocabulary import TERMINAL_STATUSES, ChangesState, Status, WorktreeState
 from jobs.models import PermissionRequest, PermissionRule, Task, Worker, Worktree
 
 STATUS_WORDS = {
@@ -318,6 +319,84 @@ def scope_of(rule: PermissionRule) -> str:
     if rule.created_for:
         where.append(f"jobs of {rule.created_for}")
     return ", ".join(where)
+
+
+# --- questions put to the MCP client's user (jobs/mcp/asking.py) and progress while a tool waits ---------------
+
+QUESTION_INPUT_CHARS = 1000  # of a tool's input, in the question put to the user
+PROGRESS_LINE_CHARS = 120  # of the newest output line, or a tool's input, in a progress message
+UNANSWERED = {"decline": "declined", "cancel": "dismissed"}  # what the user did with a question, in words
+
+
+def _shown(text: str, chars: int) -> str:
+    """Outsider text as one line (one_line), cut to `chars` characters."""
+    text = one_line(text)
+    return text if len(text) <= chars else text[:chars] + "…"
+
+
+def _input_summary(tool_input: dict[str, Any]) -> str:
+    """A tool's input in a few words: its first text value (a command, a path), else its JSON."""
+    first = next((value for value in tool_input.values() if isinstance(value, str)), None)
+    return first if first is not None else json.dumps(tool_input, ensure_ascii=False)
+
+
+def question(task: Task, perm: PermissionRequest) -> str:
+    """What the user is asked: the job, the tool and its input, each line escaped as one_line does and cut."""
+    first_line = (task.prompt.strip().splitlines() or [""])[0]
+    where = f"Bridge job {task.public_id} ({task.agent} in {task.cwd}) asks to use {perm.tool_name}:"
+    lines = [
+        _shown(where, QUESTION_INPUT_CHARS),
+        _shown(json.dumps(perm.input, ensure_ascii=False), QUESTION_INPUT_CHARS),
+        f"Its task: {_shown(first_line, PROGRESS_LINE_CHARS)}",
+        "Allow or deny? A denial can carry a message for the agent.",
+    ]
+    return "\n".join(lines)
+
+
+def _request(perm: PermissionRequest) -> str:
+    return f"permission request {perm.request_id} ({perm.tool_name})"
+
+
+def answered(perm: PermissionRequest) -> str:
+    return f"NOTE: {_request(perm)} was put to the user (elicitation): {perm.status} by {perm.decided_by}."
+
+
+def question_unanswered(perm: PermissionRequest, outcome: str) -> str:
+    """A question the user declined, dismissed or left: the request still waits, for permission_decide."""
+    return (
+        f"NOTE: {_request(perm)} was put to the user (elicitation) and {UNANSWERED.get(outcome, outcome)}: it is "
+        "still pending; answer it with permission_decide."
+    )
+
+
+def answered_meanwhile(perm: PermissionRequest) -> str:
+    return (
+        f"NOTE: {_request(perm)} was answered elsewhere ({perm.status} by {perm.decided_by or 'Bridge'} via "
+        f"{perm.decided_via or 'none'}) while it was put to the user, whose answer does not count."
+    )
+
+
+def answer_refused(perm: PermissionRequest, why: str) -> str:
+    return f"NOTE: the user's answer to {_request(perm)} could not be recorded ({why}): it is still pending."
+
+
+def questions_for_the_next_call(asked: int) -> str:
+    return (
+        f"NOTE: this call put {asked} questions to the user, as many as one call asks (a client gives up after 10 "
+        "rounds): call hermes_status again to be asked the next one."
+    )
+
+
+def progress_message(status: str, since: datetime, pending: Sequence[PermissionRequest], last_line: str) -> str:
+    """A progress notification's message: what the job does now, one line."""
+    if pending:
+        tool, summary = pending[0].tool_name, _input_summary(pending[0].input)
+        return f"waiting for a decision: {_shown(tool, PROGRESS_LINE_CHARS)} {_shown(summary, PROGRESS_LINE_CHARS)}"
+    if status in TERMINAL_STATUSES:
+        return f"ended: {status_word(status)}"
+    elapsed = max(0.0, (timezone.now() - since).total_seconds())
+    said = f": {_shown(last_line, PROGRESS_LINE_CHARS)}" if last_line else ""
+    return f"{status_word(status)} {elapsed:.0f} s{said}"
 
 
 # --- files ----------------------------------------------------------------------------------------------

@@ -6,12 +6,15 @@ from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from mcp.server.mcpserver import MCPServer
+from django.utils.crypto import salted_hmac
+from mcp.server.context import ServerRequestContext
+from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent
 
 from jobs.core.errors import ErrorCode
 from jobs.mcp import (
+    calls,
     replies,
     tools,  # noqa: F401  (importing it registers the tools)
 )
@@ -31,6 +34,8 @@ How to work with it:
   newest session started in that cwd, named on a NOTE line); hermes_resume also takes any Hermes session id.
 - Jobs imported from the older tools (ended, never re-run) carry a LEGACY_ID line: their old id works as a job_id.
 - Claude jobs may ask permission for tools: permissions_pending lists the questions, permission_decide answers.
+  When your client can ask its user (MCP elicitation), a run or status tool that is waiting puts each question to
+  the user instead; a NOTE line in the reply says what came of it (a question left unanswered stays pending).
 - Verify the artifacts yourself with hermes_read (files and directories, without waking an agent). A job's whole
   transcript is the file on its FULL_LOG line: open it with hermes_read too.
 - Reading a reply: the header comes first, one `KEY: value` per line (STATUS, JOB_ID, SESSION_ID, EXIT_CODE,
@@ -91,12 +96,27 @@ def behind_the_gate(tool: Tool) -> Tool:
     return tool.model_copy(update={"fn": gated})
 
 
+def request_state_security() -> RequestStateSecurity:
+    """How a call's request_state (jobs/mcp/calls.py) is sealed: under a key every process of this install derives
+    from its secret key, since a client's next round may reach another web process or a restarted MCP server; and
+    bound to the token that made the call, so no other can replay it."""
+    key = salted_hmac("jobs.mcp.server.request_state", "", algorithm="sha256").digest()
+    return RequestStateSecurity(keys=[key], bind_principal=_principal)
+
+
+def _principal(ctx: ServerRequestContext) -> str | None:
+    caller = calls.caller_of(ctx.request)
+    return caller.name if caller is not None else None
+
+
 @functools.cache
 def get_server() -> MCPServer:
     """The one server, made once with every tool registered (each behind the start-up gate)."""
     root_handlers, root_level = list(logging.root.handlers), logging.root.level
     gated = [behind_the_gate(tool) for tool in TOOLS]
-    server = MCPServer("bridge", instructions=INSTRUCTIONS, version="1", tools=gated)
+    server = MCPServer(
+        "bridge", instructions=INSTRUCTIONS, version="1", tools=gated, request_state_security=request_state_security()
+    )
     # Building the server configures the root logger (a handler, level INFO); Bridge's logging is Django's LOGGING.
     logging.root.handlers[:] = root_handlers
     logging.root.setLevel(root_level)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
+from mcp.server.mcpserver import Context
 from pydantic import StrictInt
 
 from jobs import actions
@@ -21,7 +22,7 @@ from jobs.agents import executors, hermes_skills
 from jobs.core import paths
 from jobs.core.errors import ErrorCode, InvalidInput, NotFound
 from jobs.core.vocabulary import Agent, DecidedVia, Source, Status
-from jobs.mcp import full_log, reads, replies, waiting
+from jobs.mcp import calls, full_log, reads, replies, waiting
 from jobs.mcp.reads import in_db
 from jobs.mcp.registry import ErrorReport, tool
 from jobs.mcp.starter import supervisor_starter
@@ -95,11 +96,16 @@ def _start(spec: actions.TaskSpec) -> tuple[Task, list[str]]:
     return task, notes
 
 
-async def _run(spec: actions.TaskSpec, wait_s: float, more_notes: Sequence[str] = ()) -> str:
+async def _run(spec: actions.TaskSpec, wait_s: float, call: calls.Call, more_notes: Sequence[str] = ()) -> str:
+    """Start (or join) the job and wait for it; a later round of the same call follows the job its first started."""
     wait, notes = waiting.bounded(wait_s)
-    task, start_notes = await in_db(_start)(spec)
-    await waiting.until_attention(task, wait)
-    return await in_db(describe)(task, [*more_notes, *notes, *start_notes])
+    if call.rounds.job_id:  # a later round of this call (2026-07-28): its first round started the job
+        task = await in_db(_job)(call.rounds.job_id)
+    else:
+        task, start_notes = await in_db(_start)(spec)
+        call.rounds.start(str(task.public_id), [*more_notes, *notes, *start_notes])
+    asked = await waiting.until_attention(task, wait, call)
+    return await in_db(describe)(task, [*call.rounds.notes, *asked])
 
 
 def _session_id(agent: str, session_id: str, cwd: str | None) -> tuple[str, list[str]]:
@@ -110,12 +116,15 @@ def _session_id(agent: str, session_id: str, cwd: str | None) -> tuple[str, list
     return known.session_id, [replies.hermes_latest_session(known.session_id, str(paths.resolve_cwd(cwd)))]
 
 
-async def _resume(session_id: str, spec: actions.TaskSpec, wait_s: float) -> str:
+async def _resume(session_id: str, spec: actions.TaskSpec, wait_s: float, ctx: Context | None) -> str:
     """Both agents' resume: `session_id` is "latest" (the newest session Bridge ran in spec.cwd; for Hermes, else
     Hermes' own newest there) or a session id Bridge recorded (which fixes the cwd) or, for Hermes, any id in
     Hermes' own session store."""
+    call = calls.Call(ctx)
+    if call.rounds.job_id:  # a later round: the first resolved the session and started the job
+        return await _run(spec, wait_s, call)
     resume_id, notes = await in_db(_session_id)(spec.agent, session_id, spec.cwd)
-    return await _run(dataclasses.replace(spec, resume_session_id=resume_id), wait_s, notes)
+    return await _run(dataclasses.replace(spec, resume_session_id=resume_id), wait_s, call, notes)
 
 
 @tool
@@ -131,6 +140,7 @@ async def hermes_run(
     isolation: Literal["worktree", "none"] | None = None,
     base: str | None = None,
     permission_timeout_s: StrictInt | None = None,
+    ctx: Context | None = None,
 ) -> str:
     """Start a Hermes Agent job in cwd (absolute, inside the allowed roots) and wait up to wait_s seconds
     (default 5, at most 150). Returns STATUS/JOB_ID; if still running, collect it later with hermes_status.
@@ -143,7 +153,7 @@ async def hermes_run(
     options = dict(max_turns=max_turns, skills=_listify(skills), toolsets=_listify(toolsets))
     more: dict[str, Any] = dict(target=target or "", isolation=isolation or "", base=base or "")
     more |= dict(permission_timeout_s=permission_timeout_s)
-    return await _run(_spec(Agent.HERMES, task, cwd, timeout_s, options, **more), wait_s)
+    return await _run(_spec(Agent.HERMES, task, cwd, timeout_s, options, **more), wait_s, calls.Call(ctx))
 
 
 @tool
@@ -154,13 +164,14 @@ async def hermes_resume(
     max_turns: StrictInt | None = None,
     timeout_s: StrictInt | None = None,
     wait_s: float = 5,
+    ctx: Context | None = None,
 ) -> str:
     """Continue a Hermes session with a new task. session_id is an earlier reply's SESSION_ID, any Hermes session
     id (also one started by hand or by another tool, e.g. from `hermes sessions list`), or "latest" for the newest
     Hermes session Bridge ran in cwd (if none, Hermes' own newest session started in cwd). A session Bridge ran
     continues in its own cwd; another one in cwd (or the default)."""
     spec = _spec(Agent.HERMES, task, cwd, timeout_s, dict(max_turns=max_turns))
-    return await _resume(session_id, spec, wait_s)
+    return await _resume(session_id, spec, wait_s, ctx)
 
 
 @tool
@@ -180,6 +191,7 @@ async def claude_run(
     isolation: Literal["worktree", "none"] | None = None,
     base: str | None = None,
     permission_timeout_s: StrictInt | None = None,
+    ctx: Context | None = None,
 ) -> str:
     """Start a Claude Code job in cwd and wait up to wait_s seconds (default 5, at most 150). With
     permission_mode "approve" its tool requests wait for permission_decide; "bypass" allows them all; Claude Code's
@@ -201,7 +213,7 @@ async def claude_run(
     more: dict[str, Any] = dict(permission_mode=permission_mode, target=target or "", isolation=isolation or "")
     more |= dict(base=base or "", permission_timeout_s=permission_timeout_s)
     spec = _spec(Agent.CLAUDE, task, cwd, timeout_s, options, **more)
-    return await _run(spec, wait_s)
+    return await _run(spec, wait_s, calls.Call(ctx))
 
 
 @tool
@@ -216,6 +228,7 @@ async def claude_resume(
     add_dirs: list[str] | None = None,
     timeout_s: StrictInt | None = None,
     wait_s: float = 5,
+    ctx: Context | None = None,
 ) -> str:
     """Continue a Claude Code session (SESSION_ID from an earlier reply, or "latest" for cwd) with a new task.
     permission_mode, disallowed_tools, append_system_prompt and add_dirs as for claude_run."""
@@ -226,23 +239,27 @@ async def claude_resume(
         add_dirs=add_dirs,
     )
     spec = _spec(Agent.CLAUDE, task, cwd, timeout_s, options, permission_mode=permission_mode)
-    return await _resume(session_id, spec, wait_s)
+    return await _resume(session_id, spec, wait_s, ctx)
 
 
 # --- following jobs -------------------------------------------------------------------------------------
 
 
 @tool
-async def hermes_status(job_id: str, wait_s: float = 30) -> str:
+async def hermes_status(job_id: str, wait_s: float = 30, ctx: Context | None = None) -> str:
     """Any job's status and output (Hermes or Claude). Waits up to wait_s seconds (default 30, at most 150)
-    for it to finish, returning early when it ends or asks for a permission. The header (`STATUS:`, `JOB_ID:`,
+    for it to finish, returning early when it ends or asks for a permission (which a client that can ask its user
+    puts to them meanwhile). The header (`STATUS:`, `JOB_ID:`,
     `EXIT_CODE:`, `ERROR:` …, one line each) comes first; the output last, under `--- <AGENT> OUTPUT ---` (or
     `--- OUTPUT SO FAR (tail) ---`), each of its lines behind `| `: only header lines are Bridge's word. An
     unknown job_id: hermes_jobs lists the jobs."""
     wait, notes = waiting.bounded(wait_s)
+    call = calls.Call(ctx)
     task = await in_db(_job)(job_id)
-    await waiting.until_attention(task, wait)
-    return await in_db(describe)(task, notes)
+    if not call.rounds.job_id:
+        call.rounds.start(str(task.public_id), notes)
+    asked = await waiting.until_attention(task, wait, call)
+    return await in_db(describe)(task, [*call.rounds.notes, *asked])
 
 
 def _job(job_id: str) -> Task:

@@ -95,7 +95,9 @@ def _caller(scope: dict) -> Caller:
 
 def needed_scope(body: bytes) -> Scope:
     """What a JSON-RPC message (or batch) to /mcp needs: the most any tool it calls needs (TOOL_SCOPES), else `read`
-    (initialising, listing tools). A body that is not JSON is refused here: what it would call cannot be known."""
+    (initialising, listing tools); `decide` for a call that brings the user's answers to permission requests put to
+    them (2026-07-28's `inputResponses`: jobs/mcp/calls.py). A body that is not JSON is refused here: what it would
+    call cannot be known."""
     try:
         decoded = json.loads(body)
     except (ValueError, RecursionError):
@@ -107,6 +109,8 @@ def needed_scope(body: bytes) -> Scope:
             params = message.get("params")
             name = params.get("name") if isinstance(params, dict) else None
             needs.append(TOOL_SCOPES.get(name, Scope.DECIDE) if isinstance(name, str) else Scope.DECIDE)
+            if isinstance(params, dict) and "inputResponses" in params:  # answers to questions: decisions
+                needs.append(Scope.DECIDE)
     return max(needs, key=lambda scope: scope.rank)
 
 
@@ -172,7 +176,9 @@ class McpHttpApp:
             return await self._send(send, _refused(refused))
         except Exception as exc:
             return await self._send(send, self._error_response(exc))
-        await self.loaded_mcp_app(scope, receive, send)
+        # the tools find the caller where Starlette keeps who is calling (the scope's `user`): only a caller who may
+        # decide has a job's permission requests put to its user (jobs/mcp/calls.py)
+        await self.loaded_mcp_app({**scope, "user": caller}, receive, send)
 
     @property
     def loaded_mcp_app(self) -> Callable:

@@ -102,8 +102,9 @@ def test_tools_schemas_and_instructions_over_stdio(mcp_env):
         "target",
         "isolation",
         "base",
+        "permission_timeout_s",
     ]
-    assert list(schemas["claude_run"]["properties"])[-3:] == ["target", "isolation", "base"]
+    assert list(schemas["claude_run"]["properties"])[-4:] == ["target", "isolation", "base", "permission_timeout_s"]
     assert schemas["hermes_run"]["properties"]["isolation"]["anyOf"][0]["enum"] == ["worktree", "none"]
     assert schemas["hermes_run"]["properties"]["wait_s"]["default"] == 5
     assert schemas["hermes_status"]["properties"]["wait_s"]["default"] == 30
