@@ -30,6 +30,7 @@ from jobs.core.access import Caller
 from jobs.core.errors import ErrorCode, InvalidInput, NotFound, Refused
 from jobs.core.inputs import check_text
 from jobs.core.permission_rules import (
+    Call,
     Decision,
     Pattern,
     RuleError,
@@ -38,13 +39,14 @@ from jobs.core.permission_rules import (
     parse,
     rules_for,
     specificity,
+    url_host,
 )
 from jobs.core.vocabulary import Agent, Remember, RuleDecision
 from jobs.models import AgentSession, PermissionRequest, PermissionRule, PermissionRulesVersion, Task, Worktree
 
 MAX_RULE_CHARS = 4000
 MAX_RULE_MESSAGE_CHARS = 10_000
-MAX_CACHED_CWDS = 1024  # the cwds whose roots a book remembers, before it forgets them all
+MAX_CACHED_TASKS = 1024  # the tasks whose rules a book keeps indexed together, before it forgets them all
 STAMP_ROW = 1
 BEFORE_ALLOW: tuple[Decision, ...] = ("deny", "ask")  # the decisions that win over allow, the first first
 
@@ -476,15 +478,16 @@ def decide(
 ) -> tuple[RuleDecision, "LiveRule"] | None:
     """The decision among rules already in scope: the first of deny and ask any rule matches, else allow when allow
     rules approve the request; the rule named is the one with the most specific scope."""
+    call = Call(tool_name, tool_input, cwd)
     for first in BEFORE_ALLOW:
-        found = [r for r in rules if r.decision == first and matches(r.pattern, tool_name, tool_input, cwd, first)]
+        found = [rule for rule in rules if rule.decision == first and call.matched_by(rule.pattern, first)]
         if found:
             return RuleDecision(first), max(found, key=LiveRule.rank)
     allows = [rule for rule in rules if rule.decision == RuleDecision.ALLOW]
-    alone = [rule for rule in allows if matches(rule.pattern, tool_name, tool_input, cwd, "allow")]
+    alone = [rule for rule in allows if call.matched_by(rule.pattern, "allow")]
     if alone:
         return RuleDecision.ALLOW, max(alone, key=LiveRule.rank)
-    together = set(approving([rule.pattern for rule in allows], tool_name, tool_input, cwd))
+    together = set(call.approved_by([rule.pattern for rule in allows]))
     if not together:
         return None
     return RuleDecision.ALLOW, max((rule for rule in allows if rule.pattern in together), key=LiveRule.rank)
@@ -572,6 +575,26 @@ def command_word(pattern: Pattern) -> str | None:
     return found.group()
 
 
+def rule_domain(pattern: Pattern) -> str | None:
+    """The domain every host a WebFetch rule can match is or lies under (`python.org` for `domain:python.org` and for
+    `domain:*.python.org`); None when the rule can match any host (a `*` elsewhere, `domain:*`, a bare WebFetch)."""
+    if pattern.tool != "WebFetch" or pattern.specifier is None:
+        return None
+    domain = pattern.specifier.removeprefix("domain:").removeprefix("*.")
+    return None if "*" in domain else domain
+
+
+def url_domains(url: object) -> set[str] | None:
+    """A URL's host and every domain above it (`docs.python.org`, `python.org`, `org`): a WebFetch rule with a
+    `rule_domain` matches the URL only if this holds it; None when Bridge reads no host in it (a deny rule matches
+    it whatever its domain)."""
+    host = url_host(url)
+    if host is None:
+        return None
+    labels = host.split(".")
+    return {".".join(labels[start:]) for start in range(len(labels))}
+
+
 def command_words(command: str) -> set[str]:
     """Every run of letters, digits, `_` and `-` in a command with its quotes and backslashes left out: a Bash rule
     with a `command_word` matches a command only if this holds it (tests/integration/test_permission_rules.py)."""
@@ -580,72 +603,97 @@ def command_words(command: str) -> set[str]:
 
 @dataclass
 class _Scope:
-    """The rules of one scope (root, agent, created_for), by bucket; Bash rules also by their command word."""
+    """The rules of the scopes that hold one task, by bucket; Bash rules by their command word instead, WebFetch
+    rules by their domain."""
 
     by_key: dict[str, list[LiveRule]] = field(default_factory=dict)
     commands: dict[str, list[LiveRule]] = field(default_factory=dict)
+    domains: dict[str, list[LiveRule]] = field(default_factory=dict)
 
     def add(self, rule: LiveRule) -> None:
-        word = command_word(rule.pattern)
-        if word is None:
-            self.by_key.setdefault(rule_key(rule.pattern), []).append(rule)
-        else:
+        word, domain = command_word(rule.pattern), rule_domain(rule.pattern)
+        if word is not None:
             self.commands.setdefault(word, []).append(rule)
+        elif domain is not None:
+            self.domains.setdefault(domain, []).append(rule)
+        else:
+            self.by_key.setdefault(rule_key(rule.pattern), []).append(rule)
 
-    def meeting(self, keys: set[str] | None, command: object) -> list[LiveRule]:
-        """The rules that can match a request in these buckets with this command."""
+    def meeting(self, keys: set[str] | None, words: set[str] | None, domains: set[str] | None) -> list[LiveRule]:
+        """The rules that can match a request in these buckets whose command holds `words` (`command_words`) and
+        whose URL `domains` (`url_domains`); None: the request names no command, or no URL Bridge reads a host in."""
         found = [rule for key, rules in self.by_key.items() if keys is None or key in keys for rule in rules]
-        if not self.commands or (keys is not None and "Bash" not in keys):
-            return found
-        if not isinstance(command, str):  # a deny rule for any command matches a request whose command is missing
-            return found + [rule for rules in self.commands.values() for rule in rules]
-        words = command_words(command)
-        if len(words) > len(self.commands):
-            return found + [rule for word, rules in self.commands.items() if word in words for rule in rules]
-        return found + [rule for word in words for rule in self.commands.get(word, ())]
+        if self.commands and (keys is None or "Bash" in keys):
+            found += _under(self.commands, words)
+        if self.domains and (keys is None or "WebFetch" in keys):
+            found += _under(self.domains, domains)
+        return found
+
+
+def _under(index: dict[str, list[LiveRule]], held: set[str] | None) -> list[LiveRule]:
+    """The rules of `index` under the keys a request holds; all of them when none can be read from it (a deny rule
+    for any command or host matches a request whose command or host is missing)."""
+    if held is None:
+        return [rule for rules in index.values() for rule in rules]
+    if len(held) > len(index):
+        return [rule for key, rules in index.items() if key in held for rule in rules]
+    return [rule for key in held for rule in index.get(key, ())]
 
 
 ScopeKey = tuple[str, str, str, int | None, int | None]  # root, agent, created_for, task, agent session
+TaskKey = tuple[str, str, str, int, int | None]  # a task's cwd, agent, created_by, id and agent session
 
 
 class RuleBook:
-    """The live rules as one process keeps them, parsed once, by scope; current while the stamp read is its stamp."""
+    """The live rules as one process keeps them, parsed once, by scope; current while the stamp read is its stamp.
+    The rules of all the scopes that hold a task are indexed together when it first asks, so that each request
+    looks in one index however many scopes the rules are spread over."""
 
     def __init__(self, stamp: object, rules: list[PermissionRule]) -> None:
         self.stamp = stamp
-        self.scopes: dict[ScopeKey, _Scope] = {}
+        self.scopes: dict[ScopeKey, list[LiveRule]] = {}
         for rule in rules:
             key = (rule.root, rule.agent, rule.created_for, rule.task_id, rule.session_id)
-            self.scopes.setdefault(key, _Scope()).add(LiveRule.of(rule))
+            self.scopes.setdefault(key, []).append(LiveRule.of(rule))
         self.roots = sorted({key[0] for key in self.scopes if key[0]})
         self.per_session = any(key[4] is not None for key in self.scopes)
-        self._roots_of: dict[str, list[str]] = {}
+        self._of_task: dict[TaskKey, _Scope] = {}
 
     def candidates(self, task: Task, tool_name: str, tool_input: dict, now: datetime) -> list[LiveRule]:
         """The live rules in the task's scope that can match this request (a superset of those that do)."""
         if not self.scopes:
             return []
-        keys = request_keys(tool_name, tool_input)
         command = tool_input.get("command")
-        session = session_of(task) if self.per_session else None
-        narrower = list(itertools.product({None, task.pk}, {None, session.pk if session is not None else None}))
-        found: list[LiveRule] = []
-        for root in ("", *self._roots_over(task.cwd)):
-            for agent, created_for in itertools.product({"", task.agent}, {"", task.created_by}):
-                for task_id, session_id in narrower:
-                    scope = self.scopes.get((root, agent, created_for, task_id, session_id))
-                    if scope is not None:
-                        found += scope.meeting(keys, command)
+        words = command_words(command) if isinstance(command, str) else None
+        domains = url_domains(tool_input.get("url"))
+        found = self._scope_of(task).meeting(request_keys(tool_name, tool_input), words, domains)
         return [rule for rule in found if rule.row.expires_at is None or rule.row.expires_at > now]
 
-    def _roots_over(self, cwd: str) -> list[str]:
-        """The rules' roots that hold `cwd` (by `paths.within`, the one rule for "under"), remembered per cwd."""
-        known = self._roots_of.get(cwd)
+    def _scope_of(self, task: Task) -> _Scope:
+        """The rules of every scope that holds the task, indexed together, remembered per task: its roots (by
+        `paths.within`, the one rule for "under"), its agent, its creator, the task itself and its agent session."""
+        session = session_key(task) if self.per_session else None
+        key = (task.cwd, task.agent, task.created_by, task.pk, session)
+        known = self._of_task.get(key)
         if known is None:
-            if len(self._roots_of) >= MAX_CACHED_CWDS:
-                self._roots_of.clear()
-            known = self._roots_of[cwd] = [root for root in self.roots if paths.within(cwd, root)]
+            if len(self._of_task) >= MAX_CACHED_TASKS:
+                self._of_task.clear()
+            known = self._of_task[key] = _Scope()
+            roots = ["", *(root for root in self.roots if paths.within(task.cwd, root))]
+            agents, creators = {"", task.agent}, {"", task.created_by}
+            for scope in itertools.product(roots, agents, creators, {None, task.pk}, {None, session}):
+                for rule in self.scopes.get(scope, ()):
+                    known.add(rule)
         return known
+
+
+def session_key(task: Task) -> int | None:
+    """The id of the agent session a task runs in: the one the recorder linked to this very task, so a request reads
+    no row for it; else as `session_of` reads it (a task not linked yet, or linked by another process)."""
+    if task.session_id is not None:
+        return task.session_id
+    session = session_of(task)
+    return session.pk if session is not None else None
 
 
 _book: RuleBook | None = None

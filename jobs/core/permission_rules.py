@@ -58,7 +58,7 @@ import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -96,10 +96,7 @@ def parse(text: str) -> Pattern:
 def matches(pattern: Pattern, tool_name: str, tool_input: dict, cwd: str, decision: Decision = "allow") -> bool:
     """Whether `pattern` covers the call of `tool_name` with `tool_input` in `cwd`, read as a rule of `decision`:
     where a reading is unsure, an allow rule matches less and a deny or ask rule more (see the module's docstring)."""
-    if decision not in DECISIONS:
-        raise ValueError(f"decision must be one of {', '.join(DECISIONS)}, not {decision!r}")
-    request = _request(tool_name, tool_input if isinstance(tool_input, dict) else {}, cwd)
-    return _compiled(pattern.tool, pattern.specifier).matches(request, restrictive=decision != "allow")
+    return Call(tool_name, tool_input, cwd).matched_by(pattern, decision)
 
 
 def approving(patterns: Iterable[Pattern], tool_name: str, tool_input: dict, cwd: str) -> list[Pattern]:
@@ -107,19 +104,36 @@ def approving(patterns: Iterable[Pattern], tool_name: str, tool_input: dict, cwd
     of a compound command: each part needs an allow rule of its own, not necessarily the same one, so
     `git status && npm test` is approved by `Bash(git *)` and `Bash(npm test)` together (one rule alone, by
     `matches`, must cover every part)."""
-    ranked = sorted(patterns, key=specificity, reverse=True)
-    request = _request(tool_name, tool_input if isinstance(tool_input, dict) else {}, cwd)
-    parts = _split(request.subject) if request.kind == "shell" and isinstance(request.subject, str) else None
-    if not parts:
-        return next(([pattern] for pattern in ranked if matches(pattern, tool_name, tool_input, cwd)), [])
-    chosen: list[Pattern] = []
-    for part in parts:
-        found = next((pattern for pattern in ranked if _allows_part(pattern, request, part)), None)
-        if found is None:
-            return []
-        if found not in chosen:
-            chosen.append(found)
-    return sorted(chosen, key=specificity, reverse=True)
+    return Call(tool_name, tool_input, cwd).approved_by(patterns)
+
+
+class Call:
+    """A tool call read once for the many rules one request meets (jobs/actions/rules.py, `decide`): its command is
+    taken apart, its path resolved and its URL's host read once, not once for every rule as `matches` would."""
+
+    def __init__(self, tool_name: str, tool_input: dict, cwd: str) -> None:
+        self.request = _request(tool_name, tool_input if isinstance(tool_input, dict) else {}, cwd)
+
+    def matched_by(self, pattern: Pattern, decision: Decision = "allow") -> bool:
+        """Whether `pattern`, read as a rule of `decision`, covers the call (`matches`)."""
+        if decision not in DECISIONS:
+            raise ValueError(f"decision must be one of {', '.join(DECISIONS)}, not {decision!r}")
+        return _compiled(pattern.tool, pattern.specifier).matches(self.request, restrictive=decision != "allow")
+
+    def approved_by(self, patterns: Iterable[Pattern]) -> list[Pattern]:
+        """The allow rules among `patterns` that together approve the call, most specific first (`approving`)."""
+        ranked = sorted(patterns, key=specificity, reverse=True)
+        parts = self.request.parts
+        if not parts:
+            return next(([pattern] for pattern in ranked if self.matched_by(pattern)), [])
+        chosen: list[Pattern] = []
+        for part in parts:
+            found = next((pattern for pattern in ranked if _allows_part(pattern, self.request, part)), None)
+            if found is None:
+                return []
+            if found not in chosen:
+                chosen.append(found)
+        return sorted(chosen, key=specificity, reverse=True)
 
 
 def _allows_part(pattern: Pattern, request: "_Request", part: "_Command") -> bool:
@@ -146,7 +160,7 @@ def rules_for(tool_name: str, tool_input: dict, cwd: str, decision: Decision, re
     elif request.kind in ("edit", "read", "search"):
         texts = [_path_rule(request, relative)]
     elif request.kind == "fetch":
-        host = _url_host(request.subject)
+        host = url_host(request.subject)
         if host is None:
             raise RuleError("Bridge cannot read a plain http(s) host in this URL: name the rule, e.g. WebFetch")
         texts = [f"WebFetch(domain:{host})"]
@@ -306,6 +320,24 @@ class _Request:
     cwd: str
     hermes_kind: str = ""  # the ACP kind of a Hermes request
 
+    # What the matchers read from the subject, worked out once for every rule a `Call` meets.
+    @cached_property
+    def parts(self) -> list["_Command"] | None:
+        """A command's simple commands (`_split`); None for no command, or one that cannot be split."""
+        return _split(self.subject) if self.kind == "shell" and isinstance(self.subject, str) else None
+
+    @cached_property
+    def target(self) -> str | None:
+        return _resolved(self.subject, self.cwd)
+
+    @cached_property
+    def cwd_base(self) -> str | None:
+        return _base("cwd", self.cwd)
+
+    @cached_property
+    def host(self) -> str | None:
+        return url_host(self.subject)
+
 
 def _request(tool_name: object, tool_input: dict, cwd: str) -> _Request:
     tool = tool_name if isinstance(tool_name, str) else ""
@@ -429,6 +461,9 @@ class _CommandMatcher(_Matcher):
             raise RuleError(f"Bash({specifier}) mixes * with the :* suffix: write Bash({body} *) or drop the *")
         self.exact = not prefix and not wildcards
         self.leading_wildcard = bool(pieces[0]) and pieces[0][0] is None
+        # the text the rule's first word starts with: a command that does not hold it cannot match from any word on
+        wildcard = next((index for index, piece in enumerate(pieces[0]) if piece is None), len(pieces[0]))
+        self.head = "".join(piece or "" for piece in pieces[0][:wildcard])
         optional_rest = prefix or _one_trailing_wildcard(pieces)
         self.regex = re.compile(_command_regex(pieces, optional_rest), re.DOTALL)  # a quoted argument may hold newlines
         self.specifier = " ".join(words) + (":*" if prefix else "")
@@ -442,7 +477,7 @@ class _CommandMatcher(_Matcher):
         command = request.subject
         if not isinstance(command, str):
             return restrictive
-        parts = _split(command)
+        parts = request.parts
         if parts is None:
             return restrictive and self._appears_in(command)
         if restrictive:
@@ -454,20 +489,18 @@ class _CommandMatcher(_Matcher):
             return False
         if self.leading_wildcard and _ASSIGNMENT.match(part.words[0].value):
             return False  # `* --version` is not meant to approve `PAGER='sh -c …' git --version`
-        if self.exact and self.regex.fullmatch(_text(part.words)):
+        if self.exact and self.regex.fullmatch(part.text):
             return True
-        view = _unwrapped(part.words)
-        return view is not None and bool(self.regex.fullmatch(_text(view)))
+        return part.unwrapped is not None and bool(self.regex.fullmatch(part.unwrapped))
 
     def _part_restricts(self, part: "_Command") -> bool:
         if not part.words:
             return False
-        if part.words[0].dynamic and self._appears_in(_text(part.words)):
+        if part.words[0].dynamic and self._appears_in(part.text):
             return True
-        as_written = [word.raw for word in part.words]
-        unquoted = [shlex.quote(word.value) for word in part.words]  # `"rm" -rf /` is `rm -rf /`; an argument stays one
-        for words in (as_written, unquoted):
-            text, starts = " ".join(words), _word_starts(words)
+        for text, starts in part.views:
+            if self.head not in text:
+                continue
             if any(self.regex.fullmatch(text, start) for start in (starts[:1] if self.leading_wildcard else starts)):
                 return True
         return False
@@ -553,6 +586,26 @@ class _Word:
 class _Command:
     words: list[_Word] = field(default_factory=list)
     writes_file: bool = False  # output redirected into a file (not /dev/null, not another descriptor)
+
+    # What the Bash matchers read, worked out once for every rule a `Call` meets (the scanner is done by then).
+    @cached_property
+    def text(self) -> str:
+        return _text(self.words)
+
+    @cached_property
+    def unwrapped(self) -> str | None:
+        """The command an allow rule is matched against, wrappers stripped; None when only an exact rule may
+        approve it (`_unwrapped`)."""
+        view = _unwrapped(self.words)
+        return None if view is None else _text(view)
+
+    @cached_property
+    def views(self) -> tuple[tuple[str, list[int]], ...]:
+        """The command as written and with its quotes removed (`"rm" -rf /` is `rm -rf /`; an argument stays one),
+        each with where its words begin: what a deny or ask rule is matched against, from any word on."""
+        as_written = [word.raw for word in self.words]
+        unquoted = [shlex.quote(word.value) for word in self.words]
+        return tuple((" ".join(words), _word_starts(words)) for words in (as_written, unquoted))
 
 
 _BLANKS = " \t"
@@ -924,10 +977,10 @@ class _PathMatcher(_Matcher):
     def matches(self, request: _Request, restrictive: bool) -> bool:
         if not _covers(self.tool, request, restrictive):
             return False
-        base = _base(self.anchor, request.cwd)
+        base = request.cwd_base if self.anchor == "cwd" else _base(self.anchor, request.cwd)
         if request.kind == "search":
             return self._search_matches(request, base, restrictive)
-        target = _resolved(request.subject, request.cwd)
+        target = request.target
         if target is None or base is None:
             return restrictive
         relative = _below(target, base)
@@ -1103,11 +1156,11 @@ class _DomainMatcher(_Matcher):
             return False
         if self.everything:
             return True
-        host = _url_host(request.subject)
+        host = request.host
         return restrictive if host is None else bool(self.regex.fullmatch(host))
 
 
-def _url_host(url: object) -> str | None:
+def url_host(url: object) -> str | None:
     """The host of a plain http(s) URL, lower case, without a trailing dot; None for anything a browser and
     Python might read differently (backslashes, percent-encoding, non-ASCII, spaces)."""
     if not isinstance(url, str) or "\\" in url or any(char.isspace() or ord(char) < 32 for char in url):

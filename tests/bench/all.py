@@ -33,6 +33,7 @@ SCRIPTS = (
     "worktrees.py",
     "changes.py",
     "changes_overhead.py",
+    "rules_overhead.py",
 )
 
 
