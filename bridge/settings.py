@@ -1,6 +1,8 @@
 """Bridge settings, read from the environment (every name is documented in the README's settings table)."""
 
+import ipaddress
 import os
+import re
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -315,6 +317,39 @@ BRIDGE_HERMES_HOME = Path(os.environ.get("HERMES_HOME") or "~/.hermes").expandus
 BRIDGE_HERMES_MODE = os.environ.get("BRIDGE_HERMES_MODE", "").strip().lower() or "auto"
 if BRIDGE_HERMES_MODE not in ("auto", "acp", "oneshot"):
     raise SystemExit(f"BRIDGE_HERMES_MODE={BRIDGE_HERMES_MODE!r} must be auto, acp or oneshot")
+
+HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
+def webhook_hosts(name: str, default: list[str]) -> list[str]:
+    """The hosts webhooks may reach: host names, IP addresses and networks (`10.0.0.0/8`); anything else stops the
+    start-up, naming it (a URL or a typo must not silently allow nothing, or something else)."""
+    hosts = [host.removeprefix("[").removesuffix("]") for host in env_list(name, default)]
+    for host in hosts:
+        try:
+            ipaddress.ip_network(host, strict=False)
+        except ValueError:
+            if not HOST_NAME.fullmatch(host):
+                raise SystemExit(
+                    f"{name} holds {host!r}, which is neither a host name, an IP address nor a network "
+                    "(such as 127.0.0.1, localhost, ::1, hooks.example.com, 192.168.1.0/24)"
+                ) from None
+    return hosts
+
+
+# Webhooks (jobs/actions/webhooks.py, jobs/supervision/deliveries.py): a webhook's URL must name one of
+# BRIDGE_WEBHOOK_HOSTS (host names, IP addresses, networks), and Bridge connects only to the addresses they stand for,
+# checked when the webhook is made and again, names resolved, at every delivery. Each try waits at most
+# BRIDGE_WEBHOOK_TIMEOUT_S per step (connect, send, each read); a failed try is retried after
+# BRIDGE_WEBHOOK_BACKOFF_S, doubling (with jitter, at most an hour apart), until BRIDGE_WEBHOOK_RETRY_S after the event;
+# each supervisor process sends BRIDGE_WEBHOOK_CONCURRENCY at once (one per webhook); the delivery log keeps what ended
+# for BRIDGE_WEBHOOK_KEEP_DAYS.
+BRIDGE_WEBHOOK_HOSTS = webhook_hosts("BRIDGE_WEBHOOK_HOSTS", ["127.0.0.1", "localhost", "::1"])
+BRIDGE_WEBHOOK_TIMEOUT_S = env_float("BRIDGE_WEBHOOK_TIMEOUT_S", 10, minimum=0.1)
+BRIDGE_WEBHOOK_BACKOFF_S = env_float("BRIDGE_WEBHOOK_BACKOFF_S", 5, minimum=0.01)
+BRIDGE_WEBHOOK_RETRY_S = env_int("BRIDGE_WEBHOOK_RETRY_S", 86400, minimum=1)
+BRIDGE_WEBHOOK_CONCURRENCY = env_int("BRIDGE_WEBHOOK_CONCURRENCY", 4, minimum=1)
+BRIDGE_WEBHOOK_KEEP_DAYS = env_int("BRIDGE_WEBHOOK_KEEP_DAYS", 30, minimum=1)
 
 # --- database: bounded connections (docs/architecture.md, "Process model") ----------------------------------------
 # PostgreSQL connections one process may hold, shared by its web requests and its supervisor (which keeps one per

@@ -1,7 +1,8 @@
 """History in the Django admin: search, filter and read every task, its transcript and its permission decisions.
 
 Rows change only through jobs.actions (docs/architecture.md, "Principles" 2), so the admin is read-only except for
-actions that call it: cancelling a task, creating (shown once) and revoking API tokens.
+actions that call it: cancelling a task, creating (shown once) and revoking API tokens, removing and testing
+webhooks.
 """
 
 import json
@@ -26,6 +27,8 @@ from jobs.models import (
     Task,
     TaskChanges,
     TaskEvent,
+    Webhook,
+    WebhookDelivery,
     Worker,
 )
 
@@ -39,7 +42,7 @@ class _TaskCount(TypedDict):
 
 admin.site.site_header = "Bridge administration"
 admin.site.site_title = "Bridge"
-admin.site.index_title = "History: tasks, transcripts, permission decisions, tokens"
+admin.site.index_title = "History: tasks, transcripts, permission decisions, tokens, webhook deliveries"
 admin.site.site_url = "/"
 
 
@@ -359,3 +362,65 @@ class ApiTokenAdmin(admin.ModelAdmin):
         row, token = actions.create_token(obj.name)
         obj.pk, obj.prefix, obj.hash, obj.created_at = row.pk, row.prefix, row.hash, row.created_at
         self.message_user(request, f"Token {row.name!r} created. Copy it now, it is not shown again: {token}")
+
+
+@admin.action(description="Remove selected webhooks (through actions.remove_webhook)")
+def remove_webhooks(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+    who = f"user:{request.user.get_username()}"
+    for webhook in queryset:
+        actions.remove_webhook(webhook.pk, by=who)
+    modeladmin.message_user(request, f"removed {queryset.count()} webhook(s)", messages.SUCCESS)
+
+
+@admin.action(description="Send selected webhooks a test delivery")
+def test_webhooks(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+    for webhook in queryset:
+        try:
+            delivery = actions.send_test(webhook.pk)
+        except BridgeError as exc:
+            modeladmin.message_user(request, exc.message, messages.WARNING)
+        else:
+            modeladmin.message_user(request, f"webhook {webhook.pk}: test delivery {delivery.delivery_id} queued")
+
+
+@admin.register(Webhook)
+class WebhookAdmin(ReadOnlyAdmin):
+    """Webhooks, removed ones too; made over REST (where the secret is shown once), never shown here."""
+
+    list_display = ("id", "url", "format", "events", "root", "agent", "created_by", "created_at", "removed_at")
+    list_filter = ("format",)
+    search_fields = ("url", "root", "created_by")
+    exclude = ("secret",)
+    actions = [remove_webhooks, test_webhooks]
+    readonly_fields = ("delivery_log",)
+
+    @admin.display(description="delivery log")
+    def delivery_log(self, webhook: Webhook) -> str:
+        url = reverse("admin:jobs_webhookdelivery_changelist") + f"?webhook__id__exact={webhook.pk}"
+        return format_html('<a href="{}">{} deliveries</a>', url, webhook.deliveries.count())
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    """The delivery log: each event sent (or still to send) to each webhook, its tries and the last error."""
+
+    list_display = (
+        "delivery_id",
+        "webhook",
+        "event",
+        "task",
+        "status",
+        "attempts",
+        "last_status_code",
+        "short_error",
+        "created_at",
+        "delivered_at",
+    )
+    list_filter = ("status", "event")
+    search_fields = ("=delivery_id", "=task__public_id", "last_error")
+    list_select_related = ("webhook", "task")
+    exclude = ("lease",)
+
+    @admin.display(description="last error")
+    def short_error(self, delivery: WebhookDelivery) -> str:
+        return clipped(delivery.last_error, 120)

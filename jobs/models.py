@@ -499,3 +499,101 @@ class ApiToken(models.Model):
     def caller(self) -> Caller:
         """What a request made with this token may do."""
         return Caller(f"token:{self.name}", Scope(self.scope), tuple(self.roots or ()))
+
+
+class WebhookQuerySet(models.QuerySet):
+    def live(self) -> "WebhookQuerySet":
+        """Webhooks still told about tasks: not removed."""
+        return self.filter(removed_at__isnull=True)
+
+
+class Webhook(models.Model):
+    """A receiver Bridge tells about tasks (jobs/actions/webhooks.py): the events it wants, which tasks (a root, an
+    agent, the token or user who made them), the shape of what it gets, and the secret each delivery is signed with.
+    Rows are never deleted: a removed webhook keeps who removed it and when, and its delivery log."""
+
+    class Format(models.TextChoices):
+        BRIDGE = "bridge", "Bridge's JSON"
+        SLACK = "slack", "Slack incoming webhook"
+        DISCORD = "discord", "Discord webhook"
+        NTFY = "ntfy", "ntfy topic"
+
+    # What a webhook can ask for, in the order a task meets them.
+    EVENTS = ("task.started", "permission.requested", "permission.decided", "task.finished")
+
+    url = models.TextField()
+    events = models.JSONField(default=list)  # some of EVENTS
+    root = models.TextField(blank=True)  # a resolved directory: tasks whose cwd is it or under it; "" = everywhere
+    agent = models.CharField(max_length=20, choices=choices(Agent), blank=True)  # "" = any
+    created_for = models.CharField(max_length=200, blank=True)  # a task's created_by ("token:x", "user:y"); "" = any
+    format = models.CharField(max_length=10, choices=Format.choices, default=Format.BRIDGE)
+    # The HMAC key of X-Bridge-Signature, shown once when the webhook is made. Kept as it is, not hashed like a token:
+    # signing needs the key itself, where checking a token needs only its hash.
+    secret = models.CharField(max_length=100)
+    created_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    removed_at = models.DateTimeField(null=True, blank=True)
+    removed_by = models.CharField(max_length=200, blank=True)
+
+    objects = WebhookQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"webhook {self.pk}: {self.format} {self.url}"
+
+
+class WebhookDeliveryQuerySet(models.QuerySet):
+    def pending(self) -> "WebhookDeliveryQuerySet":
+        """Not delivered yet, and not given up on."""
+        return self.filter(status=WebhookDelivery.Status.PENDING)
+
+    def unclaimed(self, now: datetime) -> "WebhookDeliveryQuerySet":
+        """Pending and held by no sender: never claimed, handed back, or claimed by one whose lease has run out (it
+        died or froze while sending)."""
+        free = models.Q(lease_until__isnull=True) | models.Q(lease_until__lt=now)
+        return self.pending().filter(free)
+
+    def due(self, now: datetime) -> "WebhookDeliveryQuerySet":
+        """What a delivery loop may send now: unclaimed, and its next try has come."""
+        return self.unclaimed(now).filter(next_attempt_at__lte=now)
+
+
+class WebhookDelivery(models.Model):
+    """One event to deliver to one webhook: the outbox row written in the transaction of the event it tells of, sent
+    by a supervisor's delivery loop (jobs/supervision/deliveries.py) until the receiver takes it or Bridge gives up, and
+    kept as the delivery log. `delivery_id` stays the same across retries, so a receiver can drop what it has seen."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"  # given up: refused by the receiver, or not taken within BRIDGE_WEBHOOK_RETRY_S
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    delivery_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    event = models.CharField(max_length=40)  # one of Webhook.EVENTS, or "ping"
+    task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    payload = models.JSONField(default=dict)  # Bridge's JSON; decision links are added as it is sent, never stored
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.IntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_error = models.TextField(blank=True)
+    last_status_code = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    # The claim of the process sending it now, until `lease_until`: another takes it only once that has passed (its
+    # sender died), so each row is sent by one process at a time.
+    lease = models.UUIDField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+
+    objects = WebhookDeliveryQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # What the delivery loops look for: pending rows, soonest first; delivered and failed ones are not in it.
+            models.Index(fields=["next_attempt_at"], condition=models.Q(status="pending"), name="webhook_delivery_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} → webhook {self.webhook_id}: {self.status}"

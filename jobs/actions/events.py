@@ -8,6 +8,7 @@ from django.db.models import Field
 from django.utils import timezone
 
 from jobs.actions import rows
+from jobs.actions.webhooks import EVENT_KINDS, enqueue_deliveries
 from jobs.core import doorbell
 from jobs.core.errors import Conflict, ErrorCode, InvalidInput
 from jobs.core.inputs import MAX_INT
@@ -30,7 +31,10 @@ def append_events(task: Task, events: Iterable[tuple[str, dict]]) -> int:
     and the rows go in as one plain batched INSERT: building them through the ORM cost several times the write.
     A task's terminal status event is its last: the batch that holds it closes the task in the statement that takes
     its seqs (`Task.claim` becomes NULL), and every append after it is refused (WriteRefused) with the transaction it
-    is part of, whoever makes it."""
+    is part of, whoever makes it.
+
+    A batch holding a status or permission event also writes its webhook deliveries, in the same transaction
+    (jobs/actions/webhooks.py): every other batch, a run's output, pays only for that look at its kinds."""
     events = list(events)
     if not events:
         return task.last_seq
@@ -39,6 +43,8 @@ def append_events(task: Task, events: Iterable[tuple[str, dict]]) -> int:
         if last is None:
             raise refusal_after_end(task)
         _insert_events(task.pk, last - len(events) + 1, events)
+        if not EVENT_KINDS.isdisjoint(kind for kind, _ in events):
+            enqueue_deliveries(task, events)
         doorbell.ring(str(task.public_id))
     task.last_seq = last
     return last

@@ -43,6 +43,7 @@ from django.db import transaction
 
 QUEUE = "queue"
 TASKS = "tasks"
+WEBHOOKS = "webhooks"  # deliveries were enqueued: the delivery loops look (jobs/supervision/deliveries.py)
 RING_MESSAGE_TYPE = "doorbell.ring"
 # Names this process in the rings it announces, so its own cross-process listener does not deliver them twice.
 ORIGIN = uuid.uuid4().hex
@@ -516,7 +517,7 @@ def listen_across_processes() -> Callable[[], None]:
 
 def rung_by(key: str) -> list[str]:
     """The keys one ring rings: a task's news is also news for the task list."""
-    return [key] if key in (QUEUE, TASKS) else [key, TASKS]
+    return [key] if key in (QUEUE, TASKS, WEBHOOKS) else [key, TASKS]
 
 
 def _deliver(key: str) -> None:

@@ -27,6 +27,7 @@ from jobs.core.errors import BridgeError, Conflict
 from jobs.core.resilience import DB_ERRORS, Outage, drop_connection, retry
 from jobs.core.vocabulary import Status
 from jobs.models import PermissionRequest, Task, Worker
+from jobs.supervision.deliveries import DeliveryLoop
 from jobs.supervision.recording import (
     ESSENTIAL_KINDS,
     LINE_HEAD_BYTES,
@@ -756,12 +757,15 @@ class Supervisor:
         stop_listening = doorbell.listen_across_processes()  # decisions and cancels from other processes, pushed
         heartbeat = threading.Thread(target=self._heartbeat, name="supervisor-heartbeat", daemon=True)
         heartbeat.start()
+        deliveries = DeliveryLoop()  # this process's share of the webhook outbox, on a thread of its own
+        deliveries.start()
         log.info("supervisor %s: up to %d tasks at once", self.worker.name, self.capacity)
         self.ready.set()
         try:
             self._serve()
             self._drain()
         finally:
+            deliveries.stop()  # after the drain: the ends of the tasks it waited for are sent too
             unsubscribe()
             stop_listening()
             self._exited.set()

@@ -779,3 +779,6 @@ def remove_rule(request: HttpRequest, rule_id: int = Path(..., ge=1, le=MAX_INT)
     """The rule stops deciding; it stays listed with ?all=1, with who removed it and when."""
     who = caller(request)
     return actions.rule_data(actions.remove_rule(rule_id, by=who.name, caller=who))
+
+
+api.add_router("/webhooks", "jobs.web.webhooks_api.router")  # by name: that module imports this one

@@ -34,6 +34,7 @@ SCRIPTS = (
     "changes.py",
     "changes_overhead.py",
     "rules_overhead.py",
+    "webhooks.py",
 )
 
 

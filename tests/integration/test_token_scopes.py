@@ -60,6 +60,11 @@ OPERATIONS: dict[str, tuple[Scope, Callable[[Task], dict]]] = {
     "DELETE /v1/rules/{rule_id}": (Scope.DECIDE, lambda task: {"rule_id": actions.add_rule("Read", "allow").pk}),
     "GET /v1/rules/presets": (Scope.READ, lambda task: {}),
     "POST /v1/rules/presets": (Scope.DECIDE, lambda task: {"preset": "read-only", "root": task.cwd}),
+    "POST /v1/webhooks": (Scope.DECIDE, lambda task: {"url": "http://127.0.0.1:9/hook"}),
+    "GET /v1/webhooks": (Scope.READ, lambda task: {}),
+    "DELETE /v1/webhooks/{webhook_id}": (Scope.DECIDE, lambda task: {"webhook_id": a_webhook()}),
+    "POST /v1/webhooks/{webhook_id}/test": (Scope.DECIDE, lambda task: {"webhook_id": a_webhook()}),
+    "GET /v1/webhooks/{webhook_id}/deliveries": (Scope.READ, lambda task: {"webhook_id": a_webhook()}),
 }
 # What an operation answers once the scope let it through, when that is not 200: merging or discarding the task here
 # (which ran in its cwd, not a worktree of its own) is a conflict of the task's, not a refusal of the caller's.
@@ -90,14 +95,20 @@ def takes_a_task(operation: str) -> bool:
     return "task_id" in names
 
 
+def a_webhook() -> int:
+    return actions.create_webhook("http://127.0.0.1:9/hook")[0].pk
+
+
 def call(token: str, operation: str, params: dict, client: Client | None = None):
     method, path = operation.split(" ")
     client = client or Client()
     headers = {"Authorization": f"Bearer {token}"}
+    in_path = {name: params.pop(name) for name in list(params) if "{" + name + "}" in path}
+    path = path.format(**in_path)
     if method == "GET":
         return client.get(path, params, headers=headers)
     if method == "DELETE":
-        return client.delete(path.format(**params), headers=headers)
+        return client.delete(path, headers=headers)
     return client.post(path, json.dumps(params), content_type="application/json", headers=headers)
 
 
