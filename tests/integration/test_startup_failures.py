@@ -252,8 +252,11 @@ def required_arguments(tool: Any) -> dict[str, Any]:
     """Each argument `tool` requires, given: the first of its choices, else a value of its type (a word, a number)."""
     schema = tool.input_schema
     plain = {"integer": 1, "number": 1, "string": "x"}
+    properties = schema["properties"]
     return {
-        name: schema["properties"][name].get("enum", [plain.get(schema["properties"][name].get("type"), "x")])[0]
+        name: properties[name].get(
+            "enum", [properties[name].get("const", plain.get(properties[name].get("type"), "x"))]
+        )[0]
         for name in schema.get("required", [])
     }
 

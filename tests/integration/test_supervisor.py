@@ -585,7 +585,9 @@ def test_whoever_orphans_a_task_kills_what_its_agent_left_behind(transactional_d
     )
     escapee = int(agent.stdout.readline())
     agent.wait(timeout=10)
-    actions.mark_spawned(task, agent.pid, psutil.Process(escapee).create_time() - 1, ["agent"])
+    # the agent's identity as the supervisor records it (processes.process_identity, not psutil's clock-based create
+    # time: on Linux the two differ by the boot number, a random value per boot), a second before its escapee's
+    actions.mark_spawned(task, agent.pid, processes.process_identity(escapee) - 1, ["agent"])
     actions.stop_worker(dead)
     alive = actions.register_worker(1, name="alive")
     try:
