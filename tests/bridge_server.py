@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import selectors
 import shutil
 import signal
@@ -67,8 +68,8 @@ def run_manage(args: list[str], env: dict[str, str], timeout: float = 60) -> sub
     return proc
 
 
-def new_token(env: dict[str, str]) -> str:
-    out = run_manage(["token", "create", "e2e"], env).stdout.strip().splitlines()
+def new_token(env: dict[str, str], name: str = "e2e") -> str:
+    out = run_manage(["token", "create", name], env).stdout.strip().splitlines()
     assert out and out[-1].strip(), "`token create` printed no token"
     return out[-1].strip()
 
@@ -89,10 +90,19 @@ def migrated_template(env: dict[str, str]) -> tuple[Path, str]:
 
 
 class BridgeServer:
-    """`manage.py runbridge --port 0` with its own data dir, allowed root, HOME and an offline environment."""
+    """`manage.py runbridge` on `port` (0: a free one) with its own data dir, allowed root, HOME and an offline
+    environment. A fixed port lets a test set BRIDGE_PUBLIC_URL to the server's own address, and restart it there."""
 
-    def __init__(self, root: Path, fake_url: str, claude: str = "", extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        fake_url: str,
+        claude: str = "",
+        extra_env: dict[str, str] | None = None,
+        port: int = 0,
+    ) -> None:
         self.root = Path(root)
+        self.port = port
         self.data_dir = self.root / "data"
         self.work = self.root / "work"
         self.home = self.root / "home"
@@ -128,9 +138,9 @@ class BridgeServer:
     # lifecycle -------------------------------------------------------------------------------------------------
     def start(self, timeout: float = 30) -> BridgeServer:
         database = self.data_dir / "bridge.sqlite3"
-        if database.exists():  # started before: its own token stays valid; one more for this start
+        if database.exists():  # started before: a token this object made stays valid; else one of its own
             run_manage(["migrate", "--no-input", "-v0"], self.env)
-            self.token = new_token(self.env)
+            self.token = self.token or new_token(self.env, f"e2e-{secrets.token_hex(4)}")
         else:
             template, self.token = migrated_template(self.env)
             for suffix in ("", "-wal"):  # a write-ahead log left behind holds committed rows too
@@ -139,7 +149,7 @@ class BridgeServer:
                     Path(f"{database}{suffix}").chmod(0o600)
         log = open(self.log_path, "wb")  # noqa: SIM115 - kept open for the server's lifetime
         self.proc = subprocess.Popen(
-            [sys.executable, str(REPO / "manage.py"), "runbridge", "--host", "127.0.0.1", "--port", "0"],
+            [sys.executable, str(REPO / "manage.py"), "runbridge", "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=REPO,
             env=self.env,
             stdin=subprocess.DEVNULL,
@@ -149,6 +159,7 @@ class BridgeServer:
         )
         log.close()
         server_logs.RUNNING.add(self.log_path)
+        self.url, self.stdout_lines = "", []  # a restart announces itself anew (on the same port when one is fixed)
         found = threading.Event()
 
         def read_stdout() -> None:
