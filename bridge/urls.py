@@ -26,6 +26,7 @@ urlpatterns = [
     path("rules/<int:rule_id>/remove", views.remove_rule, name="rule-remove"),
     path("rules/presets", views.switch_preset, name="rule-presets"),
     path("usage/", views.usage, name="usage"),
+    path("webhooks/", views.webhooks_page, name="webhooks"),
     path("decide/", decisions.pending_decisions, name="decide-pending"),
     # Whatever follows (line breaks and slashes too): a damaged link gets the page that says so, not a 404.
     re_path(r"^decide/(?P<token>(?s:.+))\Z", decisions.decide_link, name="decide-link"),

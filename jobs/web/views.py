@@ -482,6 +482,30 @@ def switch_preset(request: HttpRequest) -> HttpResponse:
     return redirect("rules")
 
 
+# --- webhooks ------------------------------------------------------------------------------------------------------
+
+DELIVERIES_SHOWN = 20  # the newest deliveries each webhook's log shows on the page
+
+
+@login_required
+@require_safe
+@page_errors
+def webhooks_page(request: HttpRequest) -> HttpResponse:
+    """The webhooks and their delivery logs (status, tries, the last answer or error), newest first. The URL is shown
+    whole only to a caller who may decide: a Slack URL or an ntfy topic is itself a key (actions.webhook_data)."""
+    who = auth.require(request, Scope.READ)
+    hooks = actions.list_webhooks(caller=who)
+    stats = actions.delivery_stats(hooks)
+    items = [
+        {
+            "hook": actions.webhook_data(hook, stats[hook.pk], full_url=who.has(Scope.DECIDE)),
+            "deliveries": [actions.delivery_data(d) for d in actions.list_deliveries(hook, limit=DELIVERIES_SHOWN)],
+        }
+        for hook in hooks
+    ]
+    return render(request, "jobs/webhooks.html", {"webhooks": items})
+
+
 # --- login ---------------------------------------------------------------------------------------------------------
 
 

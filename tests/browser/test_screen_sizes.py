@@ -147,6 +147,7 @@ PAGES = {
     "task-queued": (lambda s: f"/tasks/{s.queued}/", queued_task),
     "new-task": (lambda s: "/tasks/new", shown("#new-task")),
     "usage": (lambda s: "/usage/", shown("svg.chart")),
+    "webhooks": (lambda s: "/webhooks/", shown("#webhooks-none")),
     "error": (lambda s: f"/tasks/{s.sentence.replace(' ', '')}/", shown("#error-message")),
     "admin": (lambda s: "/admin/", shown("#content")),
     "admin-tasks": (lambda s: "/admin/jobs/task/", shown("#result_list")),
@@ -224,7 +225,7 @@ def test_at_phone_size_the_menu_folds_behind_its_button(context, bridge):
         links = page.locator(".topbar nav a")
         expect()(links.first).to_be_hidden()
         page.get_by_text("Menu", exact=True).click()
-        expect()(links).to_have_text(["Tasks", "New task", "Decisions", "Rules", "Usage", "Admin"])
+        expect()(links).to_have_text(["Tasks", "New task", "Decisions", "Rules", "Usage", "Webhooks", "Admin"])
         for link in links.all():
             expect()(link).to_be_visible()
         expect()(page.get_by_role("button", name="Log out")).to_be_visible()
