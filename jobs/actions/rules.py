@@ -27,7 +27,7 @@ from django.utils import timezone
 from jobs.actions import rows
 from jobs.core import paths
 from jobs.core.access import Caller
-from jobs.core.errors import ErrorCode, InvalidInput, NotFound, Refused
+from jobs.core.errors import ErrorCode, InvalidInput, NotFound
 from jobs.core.inputs import check_text
 from jobs.core.permission_rules import (
     Call,
@@ -133,15 +133,8 @@ def checked_rule(
 
 def check_rule_root(caller: Caller | None, root: str) -> None:
     """A token limited to roots makes and removes only rules under them: never one for everywhere."""
-    if caller is None or not caller.roots or (root and caller.covers(root)):
-        return
-    where = f"the root {root!r}" if root else "everywhere (no root)"
-    raise Refused(
-        f"a rule for {where} lies outside the roots {caller.name} is limited to ({', '.join(caller.roots)}): give "
-        "a root under them, or use a token that is not limited to roots",
-        code=ErrorCode.OUTSIDE_TOKEN_ROOTS,
-        roots=list(caller.roots),
-    )
+    if caller is not None:
+        caller.check_made_under_roots("a rule", root)
 
 
 def remove_rule(rule_id: int, by: str = "", caller: Caller | None = None) -> PermissionRule:

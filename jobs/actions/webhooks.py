@@ -33,7 +33,7 @@ from django.utils import timezone
 from jobs.actions import rows
 from jobs.core import doorbell, paths
 from jobs.core.access import Caller
-from jobs.core.errors import Conflict, ErrorCode, InvalidInput, NotFound, Refused
+from jobs.core.errors import Conflict, ErrorCode, InvalidInput, NotFound
 from jobs.core.inputs import check_text
 from jobs.core.resilience import Backoff
 from jobs.core.vocabulary import TERMINAL_STATUSES, TOKEN_FIELDS, Agent, PermissionStatus, Source, Status
@@ -132,15 +132,8 @@ def checked_webhook(
 
 def check_webhook_root(caller: Caller | None, root: str) -> None:
     """A token limited to roots makes, sees and removes only webhooks for tasks under them: never one for every task."""
-    if caller is None or not caller.roots or (root and caller.covers(root)):
-        return
-    where = f"the root {root!r}" if root else "every task (no root)"
-    raise Refused(
-        f"a webhook for {where} lies outside the roots {caller.name} is limited to ({', '.join(caller.roots)}): give "
-        "a root under them, or use a token that is not limited to roots",
-        code=ErrorCode.OUTSIDE_TOKEN_ROOTS,
-        roots=list(caller.roots),
-    )
+    if caller is not None:
+        caller.check_made_under_roots("a webhook", root)
 
 
 def get_webhook(webhook_id: object, caller: Caller | None = None) -> Webhook:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from jobs.core import paths
+from jobs.core.errors import ErrorCode, Refused
 
 
 class Scope(StrEnum):
@@ -52,6 +53,19 @@ class Caller:
 
     def has(self, needed: Scope) -> bool:
         return self.scope.rank >= needed.rank
+
+    def check_made_under_roots(self, what: str, root: str) -> None:
+        """A caller limited to roots makes and removes `what` (a rule, a webhook) only for tasks under them: never one
+        for every task. Refused, naming the roots, otherwise."""
+        if not self.roots or (root and self.covers(root)):
+            return
+        where = f"the root {root!r}" if root else "every task (no root)"
+        raise Refused(
+            f"{what} for {where} lies outside the roots {self.name} is limited to ({', '.join(self.roots)}): give a "
+            "root under them, or use a token that is not limited to roots",
+            code=ErrorCode.OUTSIDE_TOKEN_ROOTS,
+            roots=list(self.roots),
+        )
 
     def covers(self, cwd: str) -> bool:
         """Whether a task in `cwd` (as stored: resolved) is one this caller may see and create."""

@@ -706,6 +706,25 @@ def discard_task(request: HttpRequest, payload: TaskIdIn):
 # --- permission rules ----------------------------------------------------------------------------------------------
 
 
+# Which tasks a rule or a webhook is for (jobs/web/webhooks_api.py uses them too).
+TaskRoot = Annotated[
+    StrictStr,
+    Field(
+        max_length=MAX_PATH_BYTES,
+        description="Only tasks whose cwd is this directory or under it (inside the allowed roots); empty: every task.",
+    ),
+]
+TaskAgent = Annotated[Literal[("", *AGENTS)], Field(description="Only this agent's tasks; empty: any.")]  # type: ignore[valid-type]
+TaskCreator = Annotated[
+    StrictStr,
+    Field(
+        max_length=200,
+        description="Only tasks made by this token or user, as tasks name them ('token:ci', 'user:alice'); empty: "
+        "anyone's.",
+    ),
+]
+
+
 class RuleIn(Strict):
     rule: StrictStr = Field(
         min_length=1,
@@ -718,18 +737,9 @@ class RuleIn(Strict):
         "person, even where an allow rule matches. Deny beats ask beats allow."
     )
     message: StrictStr = Field("", max_length=MAX_RULE_MESSAGE_CHARS, description="deny only: what the agent is told.")
-    root: StrictStr = Field(
-        "",
-        max_length=MAX_PATH_BYTES,
-        description="Only tasks whose cwd is this directory or under it (inside the allowed roots); empty: everywhere.",
-    )
-    agent: Literal[("", *AGENTS)] = Field("", description="Only this agent's tasks; empty: any.")  # type: ignore[valid-type]
-    created_for: StrictStr = Field(
-        "",
-        max_length=200,
-        description="Only tasks made by this token or user, as tasks name them ('token:ci', 'user:alice'); empty: "
-        "anyone's.",
-    )
+    root: TaskRoot = ""
+    agent: TaskAgent = ""
+    created_for: TaskCreator = ""
     expires_at: datetime | None = Field(None, description="When it stops deciding (with a time zone); none: never.")
 
 

@@ -17,9 +17,20 @@ from pydantic import StrictStr
 from jobs import actions
 from jobs.actions.webhooks import FORMATS, MAX_URL_CHARS
 from jobs.core.access import Scope
-from jobs.core.inputs import MAX_INT, MAX_PATH_BYTES
+from jobs.core.inputs import MAX_INT
 from jobs.models import Webhook, WebhookDelivery
-from jobs.web.api import AGENTS, COMMON_ERRORS, NEEDS_DECIDE, NEEDS_READ, READ_ONE, Strict, answers, caller
+from jobs.web.api import (
+    COMMON_ERRORS,
+    NEEDS_DECIDE,
+    NEEDS_READ,
+    READ_ONE,
+    Strict,
+    TaskAgent,
+    TaskCreator,
+    TaskRoot,
+    answers,
+    caller,
+)
 
 router = Router(tags=["webhooks"])
 
@@ -41,18 +52,9 @@ class WebhookIn(Strict):
         description="What it is told of: task.started, permission.requested (with Allow and Deny links), "
         "permission.decided, task.finished (with the final status, result and cost). Default: all four.",
     )
-    root: StrictStr = Field(
-        "",
-        max_length=MAX_PATH_BYTES,
-        description="Only tasks whose cwd is this directory or under it (inside the allowed roots); empty: all.",
-    )
-    agent: Literal[("", *AGENTS)] = Field("", description="Only this agent's tasks; empty: any.")  # type: ignore[valid-type]
-    created_for: StrictStr = Field(
-        "",
-        max_length=200,
-        description="Only tasks made by this token or user, as tasks name them ('token:ci', 'user:alice'); empty: "
-        "anyone's.",
-    )
+    root: TaskRoot = ""
+    agent: TaskAgent = ""
+    created_for: TaskCreator = ""
     format: Literal[FORMATS] = Field(  # type: ignore[valid-type]
         "bridge",
         description="bridge: Bridge's JSON; slack, discord: the JSON their incoming webhooks take; ntfy: a message "
