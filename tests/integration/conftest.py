@@ -3,8 +3,23 @@
 from pathlib import Path
 
 import pytest
+from django.test import Client
 
 from tests.bridge_server import BridgeServer
+
+
+@pytest.fixture
+def user(django_user_model):
+    """A logged-in person for the pages' tests: a superuser, who may do everything."""
+    return django_user_model.objects.create_superuser("alice", password="pw-alice-123")
+
+
+@pytest.fixture
+def browser(user) -> Client:
+    """A test client logged in as `user`."""
+    client = Client()
+    client.force_login(user)
+    return client
 
 
 @pytest.fixture

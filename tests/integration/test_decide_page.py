@@ -37,11 +37,6 @@ def confined(work_root) -> None:
     """Every task here runs in the allowed root."""
 
 
-@pytest.fixture
-def user(django_user_model):
-    return django_user_model.objects.create_superuser("alice", password="pw-alice-123")
-
-
 def asking(command: str = COMMAND, prompt: str = "", **task_fields) -> tuple[Task, PermissionRequest]:
     """A task whose executor asks to run `command`, recorded as a run records it."""
     task = make_task(prompt or f"ask Bash {command}", **task_fields)

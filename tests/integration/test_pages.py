@@ -20,18 +20,6 @@ from tests.support import make_task
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def user(django_user_model):
-    return django_user_model.objects.create_superuser("alice", password="pw-alice-123")
-
-
-@pytest.fixture
-def browser(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 def task_with_question(tool_input: dict | None = None):
     task = make_task("ask Bash")
     perm = actions.record_permission_request(

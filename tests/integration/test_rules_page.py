@@ -30,18 +30,6 @@ TOUCH_SUGGESTION = {
 }
 
 
-@pytest.fixture
-def user(django_user_model):
-    return django_user_model.objects.create_superuser("alice", password="pw-alice-123")
-
-
-@pytest.fixture
-def browser(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 def asking(command: str, cwd: Path | None = None, suggestions: list | None = None) -> tuple[Task, PermissionRequest]:
     """A task with one request to run `command`, recorded as its executor would."""
     task = make_task("ask Bash", cwd=str(cwd) if cwd else None)

@@ -14,13 +14,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SECRET_PATH = "/hook/T0KEN-in-the-path"
 
 
-@pytest.fixture
-def browser(django_user_model) -> Client:
-    client = Client()
-    client.force_login(django_user_model.objects.create_superuser("alice", password="pw-alice-123"))
-    return client
-
-
 def bearer(scope: Scope, *roots) -> dict:
     token = actions.create_token(f"{scope}-{len(roots)}", scope, [str(root) for root in roots])[1]
     return {"Authorization": f"Bearer {token}"}
