@@ -56,10 +56,10 @@ import os
 import posixpath
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
-from typing import Literal
+from functools import lru_cache
+from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import urlsplit
 
 Decision = Literal["allow", "ask", "deny"]
@@ -118,29 +118,48 @@ class Call:
         """Whether `pattern`, read as a rule of `decision`, covers the call (`matches`)."""
         if decision not in DECISIONS:
             raise ValueError(f"decision must be one of {', '.join(DECISIONS)}, not {decision!r}")
-        return _compiled(pattern.tool, pattern.specifier).matches(self.request, restrictive=decision != "allow")
+        return _compiled(pattern.tool, pattern.specifier).matches(self.request, decision != "allow")
 
     def approved_by(self, patterns: Iterable[Pattern]) -> list[Pattern]:
         """The allow rules among `patterns` that together approve the call, most specific first (`approving`)."""
-        ranked = sorted(patterns, key=specificity, reverse=True)
-        parts = self.request.parts
+        request = self.request
+        rules = [(_compiled(pattern.tool, pattern.specifier), pattern) for pattern in patterns]
+        parts = request.parts
         if not parts:
-            return next(([pattern] for pattern in ranked if self.matched_by(pattern)), [])
-        chosen: list[Pattern] = []
+            ranked = sorted(rules, key=_by_specificity, reverse=True)
+            return next(([pattern] for matcher, pattern in ranked if matcher.matches(request, False)), [])
+        able = [rule for rule in rules if _may_allow_a_part(rule[0], request)]
+        able.sort(key=_by_specificity, reverse=True)
+        chosen: list[tuple[_Matcher, Pattern]] = []
         for part in parts:
-            found = next((pattern for pattern in ranked if _allows_part(pattern, self.request, part)), None)
+            found = _first_allowing(able, request, part)
             if found is None:
                 return []
             if found not in chosen:
                 chosen.append(found)
-        return sorted(chosen, key=specificity, reverse=True)
+        return [pattern for _, pattern in sorted(chosen, key=_by_specificity, reverse=True)]
 
 
-def _allows_part(pattern: Pattern, request: "_Request", part: "_Command") -> bool:
-    matcher = _compiled(pattern.tool, pattern.specifier)
+def _by_specificity(rule: tuple["_Matcher", Pattern]) -> int:
+    return rule[0].specificity
+
+
+def _may_allow_a_part(matcher: "_Matcher", request: "_Request") -> bool:
+    """Whether the rule can allow any part of the request's command: a Bash rule only when its `needle` is in it."""
     if isinstance(matcher, _CommandMatcher):
-        return matcher.part_allows(part)
-    return isinstance(matcher, _WholeTool) and matcher.matches(request, restrictive=False)
+        return matcher.needle in request.spoken
+    return isinstance(matcher, _WholeTool) and matcher.matches(request, False)
+
+
+def _first_allowing(
+    ranked: list[tuple["_Matcher", Pattern]], request: "_Request", part: "_Command"
+) -> tuple["_Matcher", Pattern] | None:
+    """The first rule of `ranked` that allows `part` of the request's command (for a whole tool: all of it)."""
+    for rule in ranked:
+        matcher = rule[0]
+        if matcher.part_allows(part) if isinstance(matcher, _CommandMatcher) else matcher.matches(request, False):
+            return rule
+    return None
 
 
 def specificity(pattern: Pattern) -> int:
@@ -305,6 +324,21 @@ def _compiled(tool: str, specifier: str | None) -> "_Matcher":
 
 # --- the request ---------------------------------------------------------------------------------------------
 
+_T = TypeVar("_T")
+
+
+class _CachedProperty(Generic[_T]):
+    """functools.cached_property without the lock Python 3.11 takes at every first read (3.12 dropped it): a request
+    and its parts are read by one thread, and a compound command paid that lock a dozen times."""
+
+    def __init__(self, compute: Callable[[Any], _T]) -> None:
+        self.compute, self.name = compute, compute.__name__
+
+    def __get__(self, instance: object, owner: type | None = None) -> _T:
+        value = instance.__dict__[self.name] = self.compute(instance)
+        return value
+
+
 _EDITING = {"Edit": "file_path", "Write": "file_path", "MultiEdit": "file_path", "NotebookEdit": "notebook_path"}
 _READING = {"Read": "file_path", "NotebookRead": "notebook_path"}
 _SEARCHING = {"Grep", "Glob"}
@@ -321,20 +355,31 @@ class _Request:
     hermes_kind: str = ""  # the ACP kind of a Hermes request
 
     # What the matchers read from the subject, worked out once for every rule a `Call` meets.
-    @cached_property
+    @_CachedProperty
     def parts(self) -> list["_Command"] | None:
         """A command's simple commands (`_split`); None for no command, or one that cannot be split."""
         return _split(self.subject) if self.kind == "shell" and isinstance(self.subject, str) else None
 
-    @cached_property
+    @_CachedProperty
+    def spoken(self) -> str:
+        """Every part of a command as a deny rule reads it (`_Command.views`), in one text: a Bash rule whose
+        `needle` is not in it matches no part, to allow or to deny (`_CommandMatcher.matches`)."""
+        return "\n".join(text for part in self.parts or () for text, _ in part.views)
+
+    @_CachedProperty
+    def computed_names(self) -> list["_Command"]:
+        """The parts whose command name the shell computes (`$CMD x`)."""
+        return [part for part in self.parts or () if part.words and part.words[0].dynamic]
+
+    @_CachedProperty
     def target(self) -> str | None:
         return _resolved(self.subject, self.cwd)
 
-    @cached_property
+    @_CachedProperty
     def cwd_base(self) -> str | None:
         return _base("cwd", self.cwd)
 
-    @cached_property
+    @_CachedProperty
     def host(self) -> str | None:
         return url_host(self.subject)
 
@@ -461,11 +506,10 @@ class _CommandMatcher(_Matcher):
             raise RuleError(f"Bash({specifier}) mixes * with the :* suffix: write Bash({body} *) or drop the *")
         self.exact = not prefix and not wildcards
         self.leading_wildcard = bool(pieces[0]) and pieces[0][0] is None
-        # the text the rule's first word starts with: a command that does not hold it cannot match from any word on
-        wildcard = next((index for index, piece in enumerate(pieces[0]) if piece is None), len(pieces[0]))
-        self.head = "".join(piece or "" for piece in pieces[0][:wildcard])
         optional_rest = prefix or _one_trailing_wildcard(pieces)
         self.regex = re.compile(_command_regex(pieces, optional_rest), re.DOTALL)  # a quoted argument may hold newlines
+        # text every match of the regex holds: a part that does not hold it is neither allowed nor denied by the rule
+        self.needle = _needle(pieces, optional_rest)
         self.specifier = " ".join(words) + (":*" if prefix else "")
         literal = len(self.specifier) - wildcards - (2 if prefix else 0)
         self.specificity = (2 if self.exact else 1) * _TIERS + min(literal, _TIERS - 1)
@@ -480,12 +524,18 @@ class _CommandMatcher(_Matcher):
         parts = request.parts
         if parts is None:
             return restrictive and self._appears_in(command)
+        if self.needle not in request.spoken:
+            # no part holds it: only a part whose command name the shell computes may still meet a deny rule
+            return restrictive and any(self._appears_in(part.text) for part in request.computed_names)
         if restrictive:
-            return any(self._part_restricts(part) for part in parts)
-        return bool(parts) and all(self.part_allows(part) for part in parts)
+            return any(map(self._part_restricts, parts))
+        for part in parts:  # a loop, not all() over a generator: this runs for every allow rule a command meets
+            if not self.part_allows(part):
+                return False
+        return bool(parts)
 
     def part_allows(self, part: "_Command") -> bool:
-        if part.writes_file or not part.words or part.words[0].dynamic:
+        if self.needle not in part.text or part.writes_file or not part.words or part.words[0].dynamic:
             return False
         if self.leading_wildcard and _ASSIGNMENT.match(part.words[0].value):
             return False  # `* --version` is not meant to approve `PAGER='sh -c …' git --version`
@@ -499,10 +549,11 @@ class _CommandMatcher(_Matcher):
         if part.words[0].dynamic and self._appears_in(part.text):
             return True
         for text, starts in part.views:
-            if self.head not in text:
+            if self.needle not in text:
                 continue
-            if any(self.regex.fullmatch(text, start) for start in (starts[:1] if self.leading_wildcard else starts)):
-                return True
+            for start in starts[:1] if self.leading_wildcard else starts:
+                if self.regex.fullmatch(text, start):
+                    return True
         return False
 
     def _appears_in(self, command: str) -> bool:
@@ -564,6 +615,21 @@ def _command_regex(pieces: list[list[str | None]], optional_rest: bool) -> str:
     return body + "(?: .*)?" if optional_rest else body
 
 
+def _needle(pieces: list[list[str | None]], optional_rest: bool) -> str:
+    """The longest literal text of `_command_regex`, which every text it matches holds."""
+    words = pieces[:-1] if optional_rest and pieces[-1] == [None] else pieces
+    runs, run = [], ""
+    for index, word in enumerate(words):
+        run += " " if index else ""
+        for piece in word:
+            if piece is None:
+                runs.append(run)
+                run = ""
+            else:
+                run += piece
+    return max([*runs, run], key=len)
+
+
 def _unquoted(raw_word: str) -> str:
     return re.sub(r"['\"\\]", "", raw_word)
 
@@ -588,26 +654,30 @@ class _Command:
     writes_file: bool = False  # output redirected into a file (not /dev/null, not another descriptor)
 
     # What the Bash matchers read, worked out once for every rule a `Call` meets (the scanner is done by then).
-    @cached_property
+    @_CachedProperty
     def text(self) -> str:
         return _text(self.words)
 
-    @cached_property
+    @_CachedProperty
     def unwrapped(self) -> str | None:
         """The command an allow rule is matched against, wrappers stripped; None when only an exact rule may
         approve it (`_unwrapped`)."""
         view = _unwrapped(self.words)
         return None if view is None else _text(view)
 
-    @cached_property
+    @_CachedProperty
     def views(self) -> tuple[tuple[str, list[int]], ...]:
         """The command as written and with its quotes removed (`"rm" -rf /` is `rm -rf /`; an argument stays one),
-        each with where its words begin: what a deny or ask rule is matched against, from any word on."""
+        each with where its words begin: what a deny or ask rule is matched against, from any word on. One view
+        when the two are the same."""
         as_written = [word.raw for word in self.words]
+        if _SHELL_SAFE.fullmatch(self.text):  # each word is its value, as shlex.quote writes it: one view
+            return ((self.text, _word_starts(as_written)),)
         unquoted = [shlex.quote(word.value) for word in self.words]
         return tuple((" ".join(words), _word_starts(words)) for words in (as_written, unquoted))
 
 
+_SHELL_SAFE = re.compile(r"[\w@%+=:,./ -]*", re.ASCII)  # what shlex.quote leaves as it is, and blanks
 _BLANKS = " \t"
 _METACHARACTERS = " \t\n;&|()<>"
 _SEPARATORS = ("&&", "||", "|&", ";", "|", "&", "\n")
@@ -812,6 +882,53 @@ class _Scanner:
         self.position = index + 1
 
 
+# A command of plain words (quoted or not), blanks and separators only, read in one pass of a regular expression: the
+# common case, which the scanner would read a character at a time. Anything else (an expansion, an escape, a
+# redirection, a comment, a parenthesis, a case clause) is `other`, and leaves the command to the scanner.
+_PLAIN_TOKEN = re.compile(
+    r"""[ \t]*(?:(?P<separator>&&|\|\||\|&|;(?![;&])|\||&|\n)"""
+    r"""|(?P<word>(?!#)(?:[^ \t\n;&|()<>'"\\$`]+|'[^']*'|"[^"\\$`]*")+)"""
+    r"""|(?P<other>.)|\Z)""",
+    re.DOTALL,
+)
+_PLAIN_PIECE = re.compile(r"([^'\"]+)|'([^']*)'|\"([^\"]*)\"")
+_GLOB_CHARS = re.compile(r"[*?[{]")
+
+
+def _plain_commands(command: str) -> list[_Command] | None:
+    """The simple commands of a command of plain words and separators, as `_Scanner` reads them; None for any other
+    command, or one the scanner refuses (tests/unit/test_permission_rules.py holds the two to the same reading)."""
+    commands, current = [], _Command()
+    for separator, raw, other in _PLAIN_TOKEN.findall(command):  # no group of a token is empty when it matched
+        if raw:
+            if not current.words and raw in _SKIPPED_KEYWORDS:
+                continue
+            if not current.words and raw in _UNSUPPORTED_KEYWORDS:
+                return None
+            current.words.append(_plain_word(raw))
+        elif separator and current.words:
+            commands.append(current)
+            current = _Command()
+        elif other:
+            return None
+    if current.words:
+        commands.append(current)
+    return commands
+
+
+def _plain_word(raw: str) -> _Word:
+    """A word of `_plain_commands`: quotes removed; the shell computes it when a glob character is outside quotes."""
+    if "'" not in raw and '"' not in raw:
+        return _Word(raw, raw, _GLOB_CHARS.search(raw) is not None)
+    value, dynamic = [], False
+    for piece in _PLAIN_PIECE.finditer(raw):
+        unquoted = piece[1]
+        if unquoted is not None:
+            dynamic = dynamic or _GLOB_CHARS.search(unquoted) is not None
+        value.append(piece[piece.lastindex or 0])
+    return _Word(raw, "".join(value), dynamic)
+
+
 def _split(command: str, depth: int = 0) -> list[_Command] | None:
     """Every simple command `command` runs (those of `sh -c '…'` and `eval` too), or None when it cannot be split."""
     try:
@@ -823,10 +940,13 @@ def _split(command: str, depth: int = 0) -> list[_Command] | None:
 def _expanded(command: str, depth: int) -> list[_Command]:
     if depth > _MAX_DEPTH:
         raise _Unsplittable("nesting deeper than Bridge takes apart")
-    scanner = _Scanner(command, depth=depth)
-    scanner.script()
+    commands = _plain_commands(command) if depth < _MAX_DEPTH else None  # the scanner refuses any script deeper
+    if commands is None:
+        scanner = _Scanner(command, depth=depth)
+        scanner.script()
+        commands = scanner.commands
     parts = []
-    for part in scanner.commands:
+    for part in commands:
         parts.append(part)
         inner = _inner_script([word.value for word in part.words])
         if inner is not None:

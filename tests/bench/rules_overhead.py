@@ -359,12 +359,13 @@ def after_changes(side: Side, kind: str, probe: Probe, work: Path, changes: int)
 
 
 def spread(seconds: list[float]) -> str:
-    return f"p50 {p50(ms(seconds)):.3f}, p95 {percentile(ms(seconds), 0.95):.3f} ms"
+    times = ms(seconds)
+    return f"p50 {p50(times):.3f}, p90 {percentile(times, 0.90):.3f}, p95 {percentile(times, 0.95):.3f} ms"
 
 
 def kind_rows(kinds: dict[str, Probe], rules: Side, none: Side, bypass: Side) -> list[Row]:
-    """A row per kind: the added p50 against the goal; in its note each side's p50 and p95, and for a kind the rules
-    decide, a request decided without rules (bypass): its writes are part of what the rules add."""
+    """A row per kind: the added p50 against the goal; in its note each side's p50, p90 and p95, and for a kind the
+    rules decide, a request decided without rules (bypass): its writes are part of what the rules add."""
     rows = []
     for kind, probe in kinds.items():
         decided = f"; decided without rules (bypass) p50 {p50(ms(bypass.times[kind])):.3f} ms"

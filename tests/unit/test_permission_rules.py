@@ -2,6 +2,7 @@
 tables, the general rules on generated commands, paths and rules, Hermes' permission requests as Bridge's ACP runner
 hands them over, and the words Bridge reads in a command checked against the words bash itself passes on."""
 
+import copy
 import json
 import posixpath
 import shlex
@@ -9,15 +10,24 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from jobs.core.permission_rules import (
     ACP_KINDS,
     DECISIONS,
+    Call,
     Pattern,
     RuleError,
+    _CommandMatcher,
+    _compiled,
+    _Matcher,
+    _plain_commands,
+    _Scanner,
     _split,
+    _Unsplittable,
+    _WholeTool,
+    _word_starts,
     approving,
     matches,
     parse,
@@ -315,6 +325,143 @@ def _quote(word: str, style: str) -> str:
     if style == "double":
         return '"' + "".join("\\" + char if char in '"\\$`' else char for char in word) + '"'
     return "".join(char if char.isalnum() else "\\" + char for char in word) or "''"
+
+
+# --- Bash: the shortcuts, against the plain reading --------------------------------------------------------------
+# A command of plain words and separators is read by one regular expression (`_plain_commands`), not the scanner; and
+# a Bash rule skips a part, or a whole command, that does not hold its longest literal text (`needle`). Each must give
+# what the plain reading gives: the scanner, and every part matched in full.
+
+SHELL_TOKEN = st.sampled_from(
+    [
+        *("git", "status", "npm", "run", "test", "ls", "-la", "rm", "-rf", "x", "a=1", "x#y", "*.py", "{a,b}", "}"),
+        *("'a b'", '"a b"', "'git status'", '""', "''", "'&& x'", '"| x"', "'#'", "'a\nb'", "g'i't", '"r"m'),
+        *("'*.py'", '"[x]"', "x'{a}'", '"?"*'),
+        *("\\ ", "\\;", "\\&", "\\\n", "a\\'b", '"a\\"b"', '"$x"', '"`x`"', "'", '"'),
+        *("&&", "||", ";", "|", "|&", "&", "\n", ";;", ";&"),
+        *("$(ls)", "$(rm -rf x)", "`rm x`", "$CMD", "${x}", "<(ls)", "$((1))", "$'x'"),
+        *(">", "> f", "2>&1", ">/dev/null", "< in", "<<EOF", "&> f", "#c", "# x", "(", ")"),
+        *("if", "then", "fi", "for", "in", "{", "!", "[[", "case", "esac"),
+        *("timeout 5", "xargs", "sh -c", "bash -c 'rm x'", "eval", "nice", "env X=1", "sudo", "find -delete"),
+    ]
+)
+PLAIN_TOKEN = st.sampled_from(
+    [
+        *("git", "status", "npm", "run", "test", "ls", "-la", "rm", "-rf", "x", "a=1", "x#y", "*.py", "{a,b}", "}"),
+        *("'a b'", '"a b"', '""', "''", "'&& x'", '"| x"', "'#'", "'a\nb'", "g'i't", '"r"m', "'$x'", "'a\\'"),
+        *("'*.py'", '"[x]"', "x'{a}'", '"?"*'),
+        *("&&", "||", ";", "|", "|&", "&", "\n", "if", "then", "fi", "{", "!", "timeout 5", "xargs", "sudo"),
+    ]
+)
+GLUE = st.sampled_from(["", " ", "  ", "\t", " \t"])
+
+
+def shell_text(tokens: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    """Tokens glued by blanks, or by nothing (`a'b'`, `x;;`)."""
+    return st.lists(st.tuples(tokens, GLUE), min_size=1, max_size=10).map(lambda pairs: "".join(map("".join, pairs)))
+
+
+def scanned(text: str) -> list | None:
+    """The simple commands the scanner reads in `text`, character by character; None when it refuses the text."""
+    scanner = _Scanner(text)
+    try:
+        scanner.script()
+    except _Unsplittable:
+        return None
+    return scanner.commands
+
+
+@settings(max_examples=400)
+@given(shell_text(SHELL_TOKEN))
+def test_what_the_one_pass_reader_reads_it_reads_as_the_scanner_does(text):
+    read = _plain_commands(text)
+    if read is not None:
+        assert read == scanned(text)
+
+
+@settings(max_examples=200)
+@given(shell_text(PLAIN_TOKEN))
+def test_a_command_of_plain_words_and_separators_is_read_in_one_pass(text):
+    assert _plain_commands(text) is not None or scanned(text) is None
+    assert _plain_commands(text) == scanned(text)
+
+
+def test_a_command_nested_deeper_than_bridge_takes_apart_is_not_split_however_plain():
+    assert _split("eval " * 15 + "ls") is not None
+    assert _split("eval " * 16 + "ls") is None
+
+
+def in_full(pattern: Pattern) -> _Matcher:
+    """The rule's matcher without its shortcut: "" is in every text, so each part is matched in full."""
+    matcher = copy.copy(_compiled(pattern.tool, pattern.specifier))
+    if isinstance(matcher, _CommandMatcher):
+        matcher.needle = ""
+    return matcher
+
+
+def approving_in_full(patterns: list[Pattern], call: Call) -> list[Pattern]:
+    """`Call.approved_by` read plainly: for each part, the most specific rule that allows it, matched in full."""
+    request = call.request
+    ranked = sorted(patterns, key=specificity, reverse=True)
+    if not request.parts:
+        return next(([pattern] for pattern in ranked if in_full(pattern).matches(request, False)), [])
+    chosen: list[Pattern] = []
+    for part in request.parts:
+        found = next((pattern for pattern in ranked if allows_in_full(pattern, call, part)), None)
+        if found is None:
+            return []
+        if found not in chosen:
+            chosen.append(found)
+    return sorted(chosen, key=specificity, reverse=True)
+
+
+def allows_in_full(pattern: Pattern, call: Call, part: object) -> bool:
+    matcher = in_full(pattern)
+    if isinstance(matcher, _CommandMatcher):
+        return matcher.part_allows(part)
+    return isinstance(matcher, _WholeTool) and matcher.matches(call.request, False)
+
+
+WORDS = ["git", "status", "rm", "-rf", "x"]
+SPELLED = st.sampled_from(WORDS).flatmap(lambda word: st.sampled_from([word, f"'{word}'", f'"{word[0]}"{word[1:]}']))
+COMMAND_TOKEN = st.one_of(
+    SPELLED,
+    SPELLED,
+    SPELLED.map(lambda word: "\\" + word),
+    st.sampled_from(["&&", "||", ";", "|", "\n", "$CMD", "$(rm -rf x)", "`git status`", "> f", "2>&1", "*", "'a b'"]),
+    st.sampled_from(["timeout 5", "xargs", "sh -c 'rm -rf x'", "env X=1", "&&", ";", "|", "<<EOF", "'", "#"]),
+)
+RULE_WORD = st.sampled_from([*WORDS, "'rm'", '"g"it', "'a b'"])
+SHORTCUT_RULE = st.one_of(
+    st.just("Bash"),
+    st.builds("Bash({} {})".format, RULE_WORD, RULE_WORD),
+    st.builds("Bash({}{})".format, RULE_WORD, st.sampled_from([":*", " *", "*", " * x", " -rf *"])),
+    st.builds("Bash(* {})".format, RULE_WORD),
+    st.builds("Bash({} * {})".format, RULE_WORD, RULE_WORD),
+    st.builds("Bash({}*{})".format, RULE_WORD, RULE_WORD),
+)
+
+
+@settings(max_examples=400)
+@given(st.lists(SHORTCUT_RULE, min_size=1, max_size=6, unique=True), shell_text(COMMAND_TOKEN))
+@example(["Bash(git status)", "Bash(rm *)"], "git \t status;rm  -rf x")  # a part is its words, one blank apart
+@example(["Bash(rm -rf *)", "Bash(git *)"], "\"r\"m -rf x && 'git' status")
+def test_the_rules_decide_a_command_as_they_would_matching_every_part_in_full(rules, text):
+    patterns = [parse(rule) for rule in rules]
+    call = Call("Bash", bash(text), CWD)
+    for pattern in patterns:
+        for decision in DECISIONS:
+            assert call.matched_by(pattern, decision) is in_full(pattern).matches(call.request, decision != "allow")
+    assert call.approved_by(patterns) == approving_in_full(patterns, call)
+
+
+@given(shell_text(SHELL_TOKEN))
+def test_a_deny_rule_reads_a_part_as_written_and_with_its_quotes_removed(text):
+    for part in _split(text) or []:
+        written = [word.raw for word in part.words]
+        unquoted = [shlex.quote(word.value) for word in part.words]
+        views = {(" ".join(words), tuple(_word_starts(words))) for words in (written, unquoted)}
+        assert {(view, tuple(starts)) for view, starts in part.views} == views
 
 
 # --- Read and Edit: paths ----------------------------------------------------------------------------------------
