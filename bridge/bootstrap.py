@@ -39,6 +39,7 @@ MIN_PYTHON = (3, 11)
 CLAUDE_CODE_VERSION = "2.1.332"
 HERMES_VERSION = "0.19.0"
 GEMINI_CLI_VERSION = "0.61.0"  # an ACP agent for issue 33's real-CLI tests (tests/fakes/GEMINI_NOTES.md)
+QWEN_CODE_VERSION = "0.24.4"  # the second ACP agent of those tests (tests/fakes/QWEN_NOTES.md); needs Node >= 22
 INSPECTOR_VERSION = "2.12.0"
 NODE22_VERSION = "22.23.3"  # the Inspector needs Node >= 22.19; the npm package `node` brings one privately
 # POSIX's exec keeps the process (its pid, its place under make and the terminal); Windows' starts another one.
@@ -307,6 +308,7 @@ def debian_packages() -> None:
 def tools() -> None:
     npm_package(TOOLS / "claude", "claude", f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}")
     npm_package(TOOLS / "gemini", "gemini", f"@google/gemini-cli@{GEMINI_CLI_VERSION}")
+    npm_package(TOOLS / "qwen", "qwen", f"@qwen-code/qwen-code@{QWEN_CODE_VERSION}", f"node@{NODE22_VERSION}")
     hermes_cli()
     inspector = f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}"
     npm_package(TOOLS / "inspector", "mcp-inspector", inspector, f"node@{NODE22_VERSION}")

@@ -317,6 +317,8 @@ BRIDGE_HERMES_HOME = Path(os.environ.get("HERMES_HOME") or "~/.hermes").expandus
 BRIDGE_HERMES_MODE = os.environ.get("BRIDGE_HERMES_MODE", "").strip().lower() or "auto"
 if BRIDGE_HERMES_MODE not in ("auto", "acp", "oneshot"):
     raise SystemExit(f"BRIDGE_HERMES_MODE={BRIDGE_HERMES_MODE!r} must be auto, acp or oneshot")
+# The ACP agents a user declares (jobs/agents/registry.py): read once per process, checked at start-up.
+BRIDGE_AGENTS_FILE = Path(os.environ.get("BRIDGE_AGENTS_FILE") or DATA_DIR / "agents.toml").expanduser()
 
 HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
 

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from jobs.agents import registry
 from jobs.core.access import DEFAULT_SCOPE, Caller, Scope
 from jobs.core.vocabulary import (
     TERMINAL_STATUSES,
@@ -144,7 +145,7 @@ class Worker(models.Model):
 class AgentSession(models.Model):
     """An executor's own conversation, which later tasks can resume."""
 
-    agent = models.CharField(max_length=20, choices=choices(Agent))
+    agent = models.CharField(max_length=20)  # an executor's name (jobs/agents/registry.py)
     session_id = models.CharField(max_length=200)
     cwd = models.TextField()
     title = models.CharField(max_length=200, blank=True)
@@ -161,7 +162,7 @@ class AgentSession(models.Model):
 
 class Task(models.Model):
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    agent = models.CharField(max_length=20, choices=choices(Agent), default=Agent.CLAUDE)
+    agent = models.CharField(max_length=20, default=Agent.CLAUDE)  # an executor's name (jobs/agents/registry.py)
     prompt = models.TextField()
     cwd = models.TextField()
     status = models.CharField(max_length=20, choices=choices(Status), default=Status.QUEUED, db_index=True)
@@ -253,6 +254,11 @@ class Task(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def agent_label(self) -> str:
+        """The executor in a person's words (its name is all the column keeps: agents are declared, not fixed)."""
+        return registry.label(self.agent)
 
 
 class WorktreeQuerySet(models.QuerySet):
@@ -445,7 +451,7 @@ class PermissionRule(models.Model):
     decision = models.CharField(max_length=10, choices=choices(RuleDecision))
     message = models.TextField(blank=True)  # deny: what the agent is told
     root = models.TextField(blank=True)  # a resolved directory: tasks whose cwd is it or under it; "" = everywhere
-    agent = models.CharField(max_length=20, choices=choices(Agent), blank=True)  # "" = any
+    agent = models.CharField(max_length=20, blank=True)  # an executor's name; "" = any
     created_for = models.CharField(max_length=200, blank=True)  # a task's created_by ("token:x", "user:y"); "" = any
     # A remembered decision's narrower scopes (jobs/actions/rules.py, `remember`): one task, or one agent session.
     task = models.ForeignKey("Task", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
@@ -524,7 +530,7 @@ class Webhook(models.Model):
     url = models.TextField()
     events = models.JSONField(default=list)  # some of EVENTS
     root = models.TextField(blank=True)  # a resolved directory: tasks whose cwd is it or under it; "" = everywhere
-    agent = models.CharField(max_length=20, choices=choices(Agent), blank=True)  # "" = any
+    agent = models.CharField(max_length=20, blank=True)  # an executor's name; "" = any
     created_for = models.CharField(max_length=200, blank=True)  # a task's created_by ("token:x", "user:y"); "" = any
     format = models.CharField(max_length=10, choices=Format.choices, default=Format.BRIDGE)
     # The HMAC key of X-Bridge-Signature, shown once when the webhook is made. Kept as it is, not hashed like a token:

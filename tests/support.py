@@ -41,6 +41,8 @@ TOOLS = {
     "hermes_health",
     "claude_run",
     "claude_resume",
+    "agent_run",
+    "agent_resume",
     "task_cancel",
     "permissions_pending",
     "permission_decide",

@@ -25,6 +25,7 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from jobs.actions import rows
+from jobs.agents import registry
 from jobs.core import paths
 from jobs.core.access import Caller
 from jobs.core.errors import ErrorCode, InvalidInput, NotFound
@@ -41,7 +42,7 @@ from jobs.core.permission_rules import (
     specificity,
     url_host,
 )
-from jobs.core.vocabulary import Agent, Remember, RuleDecision
+from jobs.core.vocabulary import Remember, RuleDecision
 from jobs.models import AgentSession, PermissionRequest, PermissionRule, PermissionRulesVersion, Task, Worktree
 
 MAX_RULE_CHARS = 4000
@@ -121,8 +122,9 @@ def checked_rule(
     message = check_text("message", message or "", MAX_RULE_MESSAGE_CHARS).strip()
     if message and decided != RuleDecision.DENY:
         raise InvalidInput("message is what a deny rule tells the agent; leave it out for an allow or ask rule")
-    if agent and agent not in set(Agent):
-        raise InvalidInput(f"agent must be one of {', '.join(Agent)}, or empty for any, not {agent[:50]!r}")
+    if agent and registry.get_agent(agent) is None:
+        names = ", ".join(registry.agent_names())
+        raise InvalidInput(f"agent must be one of {names}, or empty for any, not {agent[:50]!r}", field="agent")
     if expires_at is not None and expires_at.tzinfo is None:
         raise InvalidInput("expires_at needs a time zone, such as 2030-01-31T18:00:00Z", field="expires_at")
     if expires_at is not None and expires_at <= timezone.now():

@@ -31,12 +31,13 @@ from django.db.models import Count, F, Field, Max, QuerySet
 from django.utils import timezone
 
 from jobs.actions import rows
+from jobs.agents import registry
 from jobs.core import doorbell, paths
 from jobs.core.access import Caller
 from jobs.core.errors import Conflict, ErrorCode, InvalidInput, NotFound
 from jobs.core.inputs import check_text
 from jobs.core.resilience import Backoff
-from jobs.core.vocabulary import TERMINAL_STATUSES, TOKEN_FIELDS, Agent, PermissionStatus, Source, Status
+from jobs.core.vocabulary import TERMINAL_STATUSES, TOKEN_FIELDS, PermissionStatus, Source, Status
 from jobs.models import Task, Webhook, WebhookDelivery
 
 WEBHOOKS = doorbell.WEBHOOKS  # the doorbell key rung when deliveries are enqueued: the delivery loops wake on it
@@ -117,8 +118,9 @@ def checked_webhook(
         )
     if format not in FORMATS:
         raise InvalidInput(f"format must be one of {', '.join(FORMATS)}, not {str(format)[:50]!r}", field="format")
-    if agent and agent not in set(Agent):
-        raise InvalidInput(f"agent must be one of {', '.join(Agent)}, or empty for any, not {agent[:50]!r}")
+    if agent and registry.get_agent(agent) is None:
+        names = ", ".join(registry.agent_names())
+        raise InvalidInput(f"agent must be one of {names}, or empty for any, not {agent[:50]!r}", field="agent")
     resolved_root = str(paths.resolve_dir(root, "root")) if (root or "").strip() else ""
     return CheckedWebhook(
         url=checked_url(url),

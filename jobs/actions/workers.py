@@ -33,13 +33,12 @@ from django.utils import timezone
 
 from jobs import processes
 from jobs.actions import rows
-from jobs.agents import executors
+from jobs.agents import executors, registry
 from jobs.agents.executors import ExecutorStatus
 from jobs.core import paths
 from jobs.core.errors import Conflict, ErrorCode, InvalidInput, Refused
 from jobs.core.hints import manage_command
 from jobs.core.inputs import check_path_text
-from jobs.core.vocabulary import Agent
 from jobs.models import Task, Worker
 
 log = logging.getLogger(__name__)
@@ -358,7 +357,7 @@ def can_run(worker: Worker, agent: str) -> bool:
 
 def runnable_agents(worker: Worker) -> list[str]:
     """The agents `worker` may be given tasks of (`can_run`)."""
-    return [agent.value for agent in Agent if can_run(worker, agent)]
+    return [agent for agent in registry.agent_names() if can_run(worker, agent)]
 
 
 def executor_statuses(workers: list[Worker]) -> list[ExecutorStatus]:
@@ -368,7 +367,17 @@ def executor_statuses(workers: list[Worker]) -> list[ExecutorStatus]:
         return executors.executor_report()
     return [
         min((recorded_status(worker, agent) for worker in workers), key=lambda status: READINESS_RANK[status.ready])
-        for agent in Agent
+        for agent in registry.agent_names()
+    ]
+
+
+def agents_data(workers: list[Worker]) -> list[dict]:
+    """Every executor Bridge runs, what it offers and whether it can run now (`executor_statuses`), for
+    GET /v1/agents."""
+    statuses = {status.agent: status for status in executor_statuses(workers)}
+    return [
+        definition.describe() | {"readiness": statuses[name].as_dict()}
+        for name, definition in registry.all_agents().items()
     ]
 
 
@@ -390,7 +399,7 @@ def worker_data(worker: Worker, running: dict[int, int], *, private: bool = Fals
         "labels": list(worker.labels or ()),
         "started_by": worker.started_by,
         "handing_over": worker.handover_requested_at is not None,
-        "executors": {agent.value: recorded_status(worker, agent).ready for agent in Agent},
+        "executors": {agent: recorded_status(worker, agent).ready for agent in registry.agent_names()},
     }
     if not private:
         return {**data, "roots": len(worker.roots or ())}

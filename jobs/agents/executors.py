@@ -21,7 +21,8 @@ import yaml
 from django.conf import settings
 
 from jobs import processes
-from jobs.agents import hermes_skills
+from jobs.agents import hermes_skills, registry
+from jobs.agents.registry import AgentDefinition
 
 ENV_NAMES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "TZ", "SHELL", "TERM")
 ENV_PREFIXES = ("LC_", "ANTHROPIC_", "CLAUDE_", "DISABLE_", "HERMES_")
@@ -178,12 +179,12 @@ _versions = _Cache()
 _files = _Cache()
 
 
-def _probe_version(path: Path) -> tuple[str | None, str]:
-    """(the first line `PATH --version` prints, "") or (None, why it failed)."""
+def _probe_version(path: Path, args: tuple[str, ...] = ("--version",)) -> tuple[str | None, str]:
+    """(the first line `PATH --version` (or PATH ARGS) prints, "") or (None, why it failed)."""
     env = child_env({"DISABLE_AUTOUPDATER": "1"})
     try:
         run = subprocess.run(
-            [str(path), "--version"],
+            [str(path), *args],
             capture_output=True,
             text=True,
             errors="replace",
@@ -359,26 +360,112 @@ def hermes_status(environ: Mapping[str, str] | None = None) -> ExecutorStatus:
     )
 
 
+# --- ACP agents: the presets and the declared ---------------------------------------------------------------
+
+
+def _selected_auth(path: Path) -> str:
+    """The auth type an interactive login leaves in a Gemini CLI (or Qwen Code) settings file: `security.auth.
+    selectedType` (tests/fakes/GEMINI_NOTES.md and QWEN_NOTES.md, "Auth")."""
+    auth = (_load_json(path).get("security") or {}).get("auth") or {}
+    return str(auth.get("selectedType") or "") if isinstance(auth, dict) else ""
+
+
+def _settings_login(settings_dir: Callable[[Mapping[str, str]], Path]) -> Callable[[Mapping[str, str]], str]:
+    """How an agent that keeps its settings in `settings_dir(environ)` is logged in by its own files ("" when it is
+    not)."""
+
+    def login(environ: Mapping[str, str]) -> str:
+        settings_path = settings_dir(environ).expanduser() / "settings.json"
+        chosen = _files.get(settings_path, _selected_auth)
+        return f"logged in ({chosen}, in {settings_path})" if chosen else ""
+
+    return login
+
+
+# The agents whose own files can say they are logged in, by name.
+LOGIN_FILES: dict[str, Callable[[Mapping[str, str]], str]] = {
+    "gemini": _settings_login(lambda environ: Path(environ.get("GEMINI_CLI_HOME") or _home(environ)) / ".gemini"),
+    "qwen": _settings_login(lambda environ: Path(environ.get("QWEN_HOME") or _home(environ) / ".qwen")),
+}
+
+
+def acp_login(definition: AgentDefinition, environ: Mapping[str, str]) -> tuple[str, str]:
+    """(ready, how in words): an account the agent can use, as far as Bridge knows how it logs in."""
+    for name in definition.login_env:
+        if environ.get(name, "").strip():
+            return YES, f"uses {name} from the environment"
+    by_file = LOGIN_FILES.get(definition.name, lambda environ: "")(environ)
+    if by_file:
+        return YES, by_file
+    if not definition.login_env:
+        return UNKNOWN, "Bridge does not know how this agent logs in: run it once by hand to check"
+    return NO, f"no account: none of {', '.join(definition.login_env)} is set"
+
+
+def acp_status(definition: AgentDefinition, environ: Mapping[str, str] | None = None) -> ExecutorStatus:
+    """An ACP agent (a preset or one declared in BRIDGE_AGENTS_FILE), as a supervisor with `environ` would run it."""
+    environ = os.environ if environ is None else environ
+    executable = definition.command[0]
+    declare = f"declare its path in {registry.agents_file()} as [agents.{definition.name}] command = [...]"
+    base: _Named = {"agent": definition.name, "setting": "BRIDGE_AGENTS_FILE", "executable": executable}
+    path = _find(executable, environ)
+    if path is None:
+        what = f"{definition.label} was not found: {executable!r} is not on PATH or not executable"
+        how = f"install it ({definition.install}), or {declare}" if definition.install else declare
+        fix = f"only tasks with agent {definition.name!r} need it: {how}; then restart Bridge"
+        return ExecutorStatus(**base, path=None, version=None, ready=NO, detail="", problems=(Problem(what, fix),))
+    version, problems = None, []
+    if definition.version:
+        version_path = _find(definition.version[0], environ) or path
+        version, failure = _versions.get(version_path, lambda found: _probe_version(found, definition.version[1:]))
+        if version is None:
+            what = f"`{' '.join(definition.version)}` failed ({failure})"
+            problems.append(Problem(what, f"run it in a terminal to see why, or {declare}"))
+    ready, detail = acp_login(definition, environ)
+    if ready == NO:
+        fix = f"set one of {', '.join(definition.login_env)} in the environment Bridge starts in; then restart Bridge"
+        problems.append(Problem(f"{definition.label} has {detail}", fix))
+    ready = NO if problems else ready
+    return ExecutorStatus(**base, path=str(path), version=version, ready=ready, detail=detail, problems=tuple(problems))
+
+
 # --- the report -----------------------------------------------------------------------------------------------
+
+
+def executor_status(agent: str, environ: Mapping[str, str] | None = None) -> ExecutorStatus:
+    """One agent's executor, e.g. before starting a supervisor that would run it."""
+    if agent == "claude":
+        return claude_status(environ)
+    if agent == "hermes":
+        return hermes_status(environ)
+    definition = registry.get_agent(agent)
+    if definition is None:
+        raise KeyError(f"no agent {agent!r}")
+    return acp_status(definition, environ)
 
 
 def executor_report(environ: Mapping[str, str] | None = None) -> list[ExecutorStatus]:
     """Every executor, as the supervisor in this process (or one started with `environ`) would run it."""
-    return [claude_status(environ), hermes_status(environ)]
+    return [executor_status(name, environ) for name in registry.agent_names()]
 
 
-def executor_status(agent: str, environ: Mapping[str, str] | None = None) -> ExecutorStatus:
-    """One agent's executor ("claude" or "hermes"), e.g. before starting a supervisor that would run it."""
-    statuses: dict[str, Callable[[Mapping[str, str] | None], ExecutorStatus]] = {
-        "claude": claude_status,
-        "hermes": hermes_status,
-    }
-    return statuses[agent](environ)
+def _absent_preset(status: ExecutorStatus) -> bool:
+    definition = registry.get_agent(status.agent)
+    return not status.found and definition is not None and definition.source == "preset"
+
+
+def worth_telling(report: list[ExecutorStatus]) -> list[ExecutorStatus]:
+    """The executors whose problems a start-up tells: all but the presets not installed (nobody asked for them)."""
+    return [status for status in report if not _absent_preset(status)]
 
 
 def startup_lines(report: list[ExecutorStatus]) -> list[str]:
-    """The start-up report of runbridge and supervise: each executor, its problems and their fixes."""
+    """The start-up report of runbridge and supervise: each executor, its problems and their fixes; the presets that
+    are not installed, in one line."""
     lines = ["Executors:"]
-    for status in report:
+    for status in worth_telling(report):
         lines += status.lines()
+    absent = [status.agent for status in report if _absent_preset(status)]
+    if absent:
+        lines.append(f"  not installed (each runs once it is on PATH): {', '.join(absent)}")
     return [*lines, f"Sandbox for agents: {processes.agent_sandbox().describe()}"]

@@ -411,9 +411,11 @@ def _hermes_kind(tool: str, tool_input: dict) -> str:
     """The ACP kind of a Hermes permission request, from the shapes Hermes 0.19 sends (the module's docstring)."""
     if tool in ACP_KINDS:
         return tool
-    command = tool_input.get("command")
+    command, description = tool_input.get("command"), tool_input.get("description")
     plain = set(tool_input) <= {"command", "description"}
-    if isinstance(command, str) and command and plain and (tool == command or tool.endswith(f": {command}")):
+    # titled the command (Hermes, Gemini CLI), "<description>: <command>" (Hermes) or "<command> (<description>)" (Qwen)
+    titles = (command, f"{command} ({description})") if description else (command,)
+    if isinstance(command, str) and command and plain and (tool in titles or tool.endswith(f": {command}")):
         return "execute"
     arguments, inner_tool = tool_input.get("arguments"), tool_input.get("tool")
     if tool.startswith("Approve edit: ") and isinstance(inner_tool, str) and isinstance(arguments, dict):

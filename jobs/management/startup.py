@@ -14,6 +14,7 @@ from django.core.management.base import CommandError
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
+from jobs.agents import registry
 from jobs.core.hints import manage_command
 from jobs.core.terminal import printable
 
@@ -60,6 +61,17 @@ def check_database() -> None:
     problem = database_problem()
     if problem:
         raise CommandError(problem)
+
+
+def check_agents() -> None:
+    """A command stops with the reason when BRIDGE_AGENTS_FILE declares an agent Bridge cannot run."""
+    try:
+        registry.check_agents_file()
+    except registry.AgentsFileError as exc:
+        raise CommandError(
+            f"Bridge cannot use its agents file: {printable(str(exc))}. Fix it (or move it away) and start again; the "
+            'format is in docs/architecture.md, "Executors"'
+        ) from None
 
 
 def migrate_database() -> str:

@@ -13,18 +13,20 @@ from jobs import actions
 from jobs.core.vocabulary import Agent, Status
 from jobs.models import PermissionRequest, Task, TaskEvent
 
-# What counts as the agent's output: Claude's whole text blocks; Hermes' one-shot lines or ACP message fragments.
+# What counts as the agent's output: Claude's whole text blocks; Hermes' one-shot lines; any ACP agent's message
+# fragments (ACP_OUTPUT_KINDS).
 OUTPUT_KINDS: dict[str, tuple[str, ...]] = {
     Agent.CLAUDE: ("text", "stdout"),
     Agent.HERMES: ("output", "text_delta", "stdout"),
 }
+ACP_OUTPUT_KINDS = ("text_delta", "stdout")
 LAST_LINE_CHARS = 500  # of the output tail read for its newest line
 
 
 def output_tail(task: Task, chars: int) -> str:
     """The last `chars` characters the agent said, newest events read first; fragments join without a break."""
     pieces, size = [], 0
-    events = TaskEvent.objects.filter(task=task, kind__in=OUTPUT_KINDS[task.agent]).newest_first()
+    events = TaskEvent.objects.filter(task=task, kind__in=OUTPUT_KINDS.get(task.agent, ACP_OUTPUT_KINDS)).newest_first()
     for kind, data in events.values_list("kind", "data"):
         text = str(data.get("text", ""))
         pieces.append(text if kind == "text_delta" else text + "\n")

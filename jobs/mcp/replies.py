@@ -496,7 +496,7 @@ def hermes_found(executable: Path, version: str | None, acp: bool) -> list[str]:
 
 def executor_readiness(status: ExecutorStatus) -> list[str]:
     """Whether an executor can run, and each problem with its fix (jobs/agents/executors.py)."""
-    name = status.agent.upper()
+    name = status.agent.upper().replace("-", "_")
     lines = (
         []
         if status.agent == "hermes"
@@ -505,6 +505,10 @@ def executor_readiness(status: ExecutorStatus) -> list[str]:
     lines.append(f"{name}_READY: {status.ready}" + (f" ({status.detail})" if status.detail else ""))
     lines += [f"{name}_PROBLEM: {p.what}. Fix: {p.fix}" for p in status.problems]
     return lines + [f"{name}_NOTE: {note}" for note in status.notes]
+
+
+def agents_line(names: list[str]) -> str:
+    return f"AGENTS: {', '.join(names)} (agent_run and agent_resume take any of them by name)"
 
 
 # --- the supervisor -------------------------------------------------------------------------------------

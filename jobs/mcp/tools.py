@@ -73,7 +73,7 @@ def _listify(value: list[str] | str | None) -> list[str] | None:
 
 
 def _spec(
-    agent: Agent, task: str, cwd: str | None, timeout_s: int | None, options: dict[str, Any], **more: Any
+    agent: str, task: str, cwd: str | None, timeout_s: int | None, options: dict[str, Any], **more: Any
 ) -> actions.TaskSpec:
     """The task an MCP tool asks for: the arguments every run and resume tool takes, and what only some do."""
     return actions.TaskSpec(
@@ -240,6 +240,56 @@ async def claude_resume(
     )
     spec = _spec(Agent.CLAUDE, task, cwd, timeout_s, options, permission_mode=permission_mode)
     return await _resume(session_id, spec, wait_s, ctx)
+
+
+@tool
+async def agent_run(
+    agent: str,
+    task: str,
+    cwd: str | None = None,
+    permission_mode: Literal[PERMISSION_MODES] = "approve",  # type: ignore[valid-type]
+    skip_permissions: bool = False,
+    model: str | None = None,
+    max_turns: StrictInt | None = None,
+    timeout_s: StrictInt | None = None,
+    wait_s: float = 5,
+    target: str | None = None,
+    isolation: Literal["worktree", "none"] | None = None,
+    base: str | None = None,
+    permission_timeout_s: StrictInt | None = None,
+    ctx: Context | None = None,
+) -> str:
+    """Start a job on any agent Bridge runs, by name: "claude", "hermes", a preset ACP agent ("gemini", "qwen",
+    "opencode", "codex", "claude-acp") or one declared in Bridge's agents file; hermes_health lists them with their
+    readiness. Waits up to wait_s seconds (default 5, at most 150); the reply has hermes_status's shape.
+    permission_mode "approve": each tool request waits for permission_decide; "bypass": Bridge allows them all.
+    skip_permissions: the agent's own mode that asks nothing, where it has one. model: the agent's model id;
+    max_turns: Claude and Hermes only. target, isolation, base and permission_timeout_s as for hermes_run."""
+    options = dict(model=model, max_turns=max_turns)
+    more: dict[str, Any] = dict(permission_mode=permission_mode, skip_permissions=skip_permissions)
+    more |= dict(target=target or "", isolation=isolation or "", base=base or "")
+    more |= dict(permission_timeout_s=permission_timeout_s)
+    return await _run(_spec(agent, task, cwd, timeout_s, options, **more), wait_s, calls.Call(ctx))
+
+
+@tool
+async def agent_resume(
+    agent: str,
+    session_id: str,
+    task: str,
+    cwd: str | None = None,
+    permission_mode: Literal[PERMISSION_MODES] = "approve",  # type: ignore[valid-type]
+    skip_permissions: bool = False,
+    model: str | None = None,
+    timeout_s: StrictInt | None = None,
+    wait_s: float = 5,
+    ctx: Context | None = None,
+) -> str:
+    """Continue an agent's session (SESSION_ID from an earlier reply of that agent, or "latest" for cwd) with a new
+    task; agent and the rest as for agent_run. An agent that cannot resume sessions says so in the reply."""
+    options = dict(model=model)
+    more: dict[str, Any] = dict(permission_mode=permission_mode, skip_permissions=skip_permissions)
+    return await _resume(session_id, _spec(agent, task, cwd, timeout_s, options, **more), wait_s, ctx)
 
 
 # --- following jobs -------------------------------------------------------------------------------------
@@ -461,8 +511,13 @@ def _health() -> tuple[bool, str]:
         version = hermes_skills.hermes_version(executable)
         hermes = replies.hermes_found(executable, version, hermes_skills.acp_installed(str(executable)))
     # what the live supervisors can run (it is they that run the jobs), or this server's view while none lives
-    readiness = {status.agent: status for status in actions.executor_statuses(state.workers)}
+    statuses = actions.executor_statuses(state.workers)
+    readiness = {status.agent: status for status in statuses}
     hermes += replies.executor_readiness(readiness["hermes"]) + replies.executor_readiness(readiness["claude"])
+    for status in executors.worth_telling(statuses):
+        if status.agent not in (Agent.HERMES, Agent.CLAUDE):
+            hermes += replies.executor_readiness(status)
+    hermes.append(replies.agents_line(list(readiness)))
     ok = readiness["hermes"].ready != executors.NO and state.database == "ok"
     return ok, replies.health(ok, hermes, state)
 
@@ -501,7 +556,7 @@ async def rule_add(
     decision: Literal["allow", "deny", "ask"],
     message: str = "",
     root: str = "",
-    agent: Literal["", "claude", "hermes"] = "",
+    agent: str = "",
     created_for: str = "",
 ) -> str:
     """Answer routine permission requests yourself, before they wait for permission_decide. rule: Claude Code's

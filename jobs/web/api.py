@@ -35,14 +35,18 @@ from jobs.core.access import Caller, Scope
 from jobs.core.errors import BridgeError, ErrorCode, InvalidInput
 from jobs.core.inputs import MAX_INT, MAX_PATH_BYTES, check_text
 from jobs.core.resilience import temporary_refusal
-from jobs.core.vocabulary import TOKEN_FIELDS, Agent, Status
+from jobs.core.vocabulary import TOKEN_FIELDS, Status
 from jobs.models import PermissionRequest, Task
 from jobs.web import auth, hbridge
 from jobs.web.middleware import internal_error, too_large
 from jobs.web.watching import follow_transcript
 
 log = logging.getLogger(__name__)
-AGENTS = tuple(agent.value for agent in Agent)
+AGENT_NAME_CHARS = 20  # the agent columns' width (jobs/agents/registry.py NAME_RE)
+AGENT_WORDS = (
+    "claude, hermes, a preset ACP agent (gemini, qwen, opencode, codex, claude-acp) or one declared in "
+    "BRIDGE_AGENTS_FILE; GET /v1/agents lists them"
+)
 MAX_TASK_ID_CHARS = 64  # a UUID, also in braces or as urn:uuid:…, with room for spaces around it
 
 
@@ -218,7 +222,7 @@ class ErrorOut(Schema):
 COMMON_ERRORS = {400, 401, 403, 422, 500, 503}
 READ_ONE = COMMON_ERRORS | {404}
 WRITE_ONE = READ_ONE | {409, 413}
-CREATE = COMMON_ERRORS | {404, 413, 429}
+CREATE = COMMON_ERRORS | {404, 409, 413, 429}
 
 
 def answers(ok: Any, errors: set[int]) -> dict:
@@ -245,7 +249,7 @@ class CreateTaskIn(Strict):
         max_length=MAX_PATH_BYTES,
         description="Working directory (absolute); inside BRIDGE_ALLOWED_ROOTS or the roots a live supervisor serves.",
     )
-    agent: Literal[AGENTS] = Field("claude", description="The executor.")  # type: ignore[valid-type]
+    agent: StrictStr = Field("claude", max_length=AGENT_NAME_CHARS, description=f"The executor: {AGENT_WORDS}.")
     permission_mode: Literal[PERMISSION_MODES] = Field(  # type: ignore[valid-type]
         "approve",
         description="approve: every tool call the agent asks about waits for a decision; bypass: Bridge allows "
@@ -516,10 +520,17 @@ def task_detail(request: HttpRequest, task_id: str = Query(..., min_length=1, ma
 
 class TaskFilter(Schema):
     status: Literal[tuple(s.value for s in Status)] | None = None  # type: ignore[valid-type]
-    agent: Literal[AGENTS] | None = None  # type: ignore[valid-type]
+    agent: str | None = Field(None, max_length=AGENT_NAME_CHARS)
     cwd: str | None = Field(None, min_length=1, max_length=MAX_PATH_BYTES, description="Only tasks in this directory.")
     limit: int = Field(50, ge=1, le=500)
     offset: int = Field(0, ge=0, le=MAX_INT)
+
+
+@api.get("/agents", auth=NEEDS_READ, response=answers(dict, COMMON_ERRORS), summary="The agents Bridge can run")
+def list_agents(request: HttpRequest):
+    """Each executor by name (what `agent` takes): its protocol, where it comes from (built-in, preset, or the agents
+    file), the options and permission modes it takes, its limits, and its readiness as health reports it."""
+    return {"agents": actions.agents_data(actions.live_supervisors())}
 
 
 @api.get("/tasks", auth=NEEDS_READ, response=answers(dict, COMMON_ERRORS), summary="List tasks, newest first")
@@ -714,7 +725,9 @@ TaskRoot = Annotated[
         description="Only tasks whose cwd is this directory or under it (inside the allowed roots); empty: every task.",
     ),
 ]
-TaskAgent = Annotated[Literal[("", *AGENTS)], Field(description="Only this agent's tasks; empty: any.")]  # type: ignore[valid-type]
+TaskAgent = Annotated[
+    StrictStr, Field(max_length=AGENT_NAME_CHARS, description=f"Only this agent's tasks ({AGENT_WORDS}); empty: any.")
+]
 TaskCreator = Annotated[
     StrictStr,
     Field(

@@ -4,11 +4,17 @@ import json
 
 from django import forms
 
+from jobs.agents import registry
 from jobs.core.vocabulary import Agent, Isolation, PermissionMode, Remember, RuleDecision, choices
 
 
+def any_agent_choices() -> list[tuple[str, str]]:
+    """Every executor, or none in particular (a rule for any agent)."""
+    return [("", "Any agent"), *registry.choices()]
+
+
 class NewTaskForm(forms.Form):
-    agent = forms.ChoiceField(choices=choices(Agent), initial=Agent.CLAUDE)
+    agent = forms.ChoiceField(choices=registry.choices, initial=Agent.CLAUDE)
     prompt = forms.CharField(widget=forms.Textarea(attrs={"rows": 8, "placeholder": "What should the agent do?"}))
     cwd = forms.CharField(
         label="Working directory",
@@ -147,7 +153,7 @@ class RuleForm(forms.Form):
         widget=forms.TextInput(attrs={"list": "allowed-roots", "spellcheck": "false"}),
         help_text="Only tasks in this directory or under it; empty for everywhere.",
     )
-    agent = forms.ChoiceField(choices=[("", "Any agent"), *choices(Agent)], required=False)
+    agent = forms.ChoiceField(choices=any_agent_choices, required=False)
     expires_at = forms.DateTimeField(
         label="Expires (UTC)",
         required=False,

@@ -31,6 +31,8 @@ TOOL_SCOPES: dict[str, Scope] = {
     "hermes_resume": Scope.RUN,
     "claude_run": Scope.RUN,
     "claude_resume": Scope.RUN,
+    "agent_run": Scope.RUN,
+    "agent_resume": Scope.RUN,
     "task_cancel": Scope.RUN,
     "task_changes": Scope.READ,
     "task_merge": Scope.RUN,

@@ -18,7 +18,8 @@ from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
-from jobs.core.vocabulary import TERMINAL_STATUSES, Agent
+from jobs.agents import registry
+from jobs.core.vocabulary import TERMINAL_STATUSES
 from jobs.models import AgentSession, Task
 
 CHART_WIDTH = 720
@@ -107,7 +108,7 @@ def usage_by_session(limit: int = 50) -> list[dict]:
     rows = list(sessions.values(*fields, "reported", "unreported").order_by("-total_cost_usd", "-pk")[:limit])
     for row in rows:
         row["cost"] = row["total_cost_usd"] if row.pop("reported") else None
-        row["agent_label"] = Agent(row["agent"]).label
+        row["agent_label"] = registry.label(row["agent"])
     return rows
 
 

@@ -28,11 +28,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from jobs import actions, processes
 from jobs.actions import tokens
-from jobs.agents import executors, hermes_skills
+from jobs.agents import executors, hermes_skills, registry
 from jobs.core.access import Caller, Scope
 from jobs.core.errors import BridgeError, ErrorCode, InvalidInput, Unauthenticated
 from jobs.core.hints import manage_command
-from jobs.core.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, PermissionMode, Source, Status, choices
+from jobs.core.vocabulary import TERMINAL_STATUSES, Agent, DecidedVia, PermissionMode, Source, Status
 from jobs.models import PermissionRequest, Task, TaskCount, TaskEvent
 from jobs.web import auth, hbridge, reports
 from jobs.web.forms import REMEMBER_CHOICES, DecisionForm, FollowUpForm, MergeForm, NewTaskForm, PresetForm, RuleForm
@@ -202,10 +202,14 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "pending_permissions": PermissionRequest.objects.pending().count(),
         "counts": TaskCount.by_status(),
         "statuses": list(Status),
-        "agents": choices(Agent),
+        "agents": registry.choices(),
         "status": status,
         "agent": agent,
-        "executors": [status for status in actions.executor_statuses(live) if status.ready != executors.YES],
+        "executors": [
+            status
+            for status in executors.worth_telling(actions.executor_statuses(live))
+            if status.ready != executors.YES
+        ],
         "sandbox": processes.agent_sandbox(),
     }
     return render(request, "jobs/dashboard.html", context)
@@ -285,7 +289,8 @@ def new_task(request: HttpRequest) -> HttpResponse:
                 messages.warning(request, left_out)
             return redirect("task-page", task_id=task.public_id)
     roots = [str(root) for root in settings.BRIDGE_ALLOWED_ROOTS]
-    return render(request, "jobs/new_task.html", {"form": form, "allowed_roots": roots})
+    agents = actions.agents_data(actions.live_supervisors())  # what each can do, and whether it can run now
+    return render(request, "jobs/new_task.html", {"form": form, "allowed_roots": roots, "agents": agents})
 
 
 @login_required

@@ -5,7 +5,7 @@
   const root = document.getElementById("task");
   const taskId = root.dataset.taskId;
   const agentName = root.dataset.agentName;
-  const acp = root.dataset.agent === "hermes"; // ACP asks by title, cannot edit input, and writes markdown
+  const acp = root.dataset.agent !== "claude"; // every other agent speaks ACP: it asks by title, cannot edit input
   const transcript = document.getElementById("transcript");
   const cards = document.getElementById("permissions");
   const messages = {}; // message_id -> {el, streamed, finals}
@@ -376,6 +376,7 @@
         return line(event.seq, event.kind === "stdout" ? "system" : "error",
           `${event.kind}: ${pretty(data.text ?? data.message ?? data.reason ?? data)}`);
       case "context_usage": return null;
+      case "mode": return line(event.seq, "system muted", `${agentName}: ${data.text}`); // a mode it switched to
       case "system":
         if (data.subtype === "status") return null; // the CLI's own spinner states ("requesting")
         return line(event.seq, "system", `${data.subtype || "system"}${data.status ? `: ${data.status}` : ""}`);

@@ -169,7 +169,8 @@ def test_default_cwd_is_used_when_none_is_given(api, work_root):
         ({"prompt": "x", "max_turns": "many"}, 422, "max_turns"),
         ({"prompt": "x", "timeout_s": 0}, 422, "timeout_s"),
         ({"prompt": "x", "surprise": 1}, 422, "surprise: Extra inputs are not permitted"),
-        ({"prompt": "x", "agent": "gpt"}, 422, "agent: Input should be 'claude' or 'hermes'"),
+        ({"prompt": "x", "agent": "gpt"}, 400, "unknown agent 'gpt'; this Bridge runs: claude, hermes, gemini"),
+        ({"prompt": "x", "agent": "g" * 21}, 422, "agent: String should have at most 20 characters"),
         ({"prompt": ""}, 422, "prompt: String should have at least 1 character"),
         ({"prompt": "x", "max_turns": True}, 422, "max_turns: Input should be a valid integer"),
         ({"prompt": "x", "timeout_s": "60"}, 422, "timeout_s: Input should be a valid integer"),
@@ -413,7 +414,7 @@ def test_the_schema_documents_every_answer_and_what_the_server_enforces(api):
     create = schema["components"]["schemas"]["CreateTaskIn"]["properties"]
     assert create["prompt"]["minLength"] == 1 and create["prompt"]["maxLength"] > 0
     assert create["max_turns"]["anyOf"][0] == {"type": "integer", "minimum": 1, "maximum": 10_000}
-    assert create["skip_permissions"]["type"] == "boolean" and create["agent"]["enum"] == ["claude", "hermes"]
+    assert create["skip_permissions"]["type"] == "boolean" and create["agent"]["maxLength"] == 20
     assert schema["components"]["schemas"]["ErrorOut"]["required"] == ["error", "code"]
 
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from mcp import Client
 
 from jobs import actions
-from jobs.agents import executors
+from jobs.agents import executors, registry
 from jobs.core.vocabulary import Agent, Status
 from jobs.mcp.server import get_server
 from jobs.models import PermissionRequest, Task, Worker
@@ -103,8 +103,15 @@ def test_health_reports_what_the_live_supervisors_can_run_not_what_the_web_proce
 
     body = DjangoClient().get("/health").json()
 
-    assert {e["agent"]: e["ready"] for e in body["executors"]} == {"claude": "no", "hermes": "yes"}
-    assert body["workers"][0]["executors"] == {"claude": "no", "hermes": "yes"}
+    recorded = {"claude", "hermes"}
+    assert {e["agent"]: e["ready"] for e in body["executors"] if e["agent"] in recorded} == {
+        "claude": "no",
+        "hermes": "yes",
+    }
+    assert {e["agent"] for e in body["executors"]} == set(registry.agent_names())
+    assert body["workers"][0]["executors"] == {"claude": "no", "hermes": "yes"} | {
+        name: "unknown" for name in registry.PRESETS
+    }
 
 
 def test_health_says_how_this_process_sees_the_executors_while_no_supervisor_lives(work_root):

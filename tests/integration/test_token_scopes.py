@@ -50,6 +50,7 @@ OPERATIONS: dict[str, tuple[Scope, Callable[[Task], dict]]] = {
     "GET /v1/task": (Scope.READ, task_id_of),
     "GET /v1/tasks": (Scope.READ, lambda task: {}),
     "GET /v1/workers": (Scope.READ, lambda task: {}),
+    "GET /v1/agents": (Scope.READ, lambda task: {}),
     "GET /v1/permissions": (Scope.READ, task_id_of),
     "GET /v1/task/events": (Scope.READ, task_id_of),
     "GET /v1/task/changes": (Scope.READ, task_id_of),

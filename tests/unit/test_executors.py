@@ -268,5 +268,13 @@ def test_one_agents_status_and_the_whole_report_agree(fake_hermes, counted_claud
 
     report = executors.executor_report(environ)
 
-    assert [status.agent for status in report] == ["claude", "hermes"]
+    assert [status.agent for status in report] == [
+        "claude",
+        "hermes",
+        "gemini",
+        "qwen",
+        "opencode",
+        "codex",
+        "claude-acp",
+    ]
     assert [executors.executor_status(status.agent, environ) for status in report] == report

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs.actions.tasks import AGENT_OPTIONS, LIST_OPTIONS, MAX_LIST_CHARS, MAX_LIST_ENTRIES, checked_options
+from jobs.actions.tasks import LIST_OPTIONS, MAX_LIST_CHARS, MAX_LIST_ENTRIES, checked_options
 from jobs.agents.hermes_skills import acp_installed
+from jobs.agents.registry import BUILT_IN
 from jobs.core.errors import InvalidInput
 from jobs.core.vocabulary import PermissionMode, PermissionStatus, Status
 from jobs.supervision.runners.acp import AcpRunner
@@ -393,7 +394,7 @@ def test_acp_says_which_options_it_could_not_pass():
 
 
 @pytest.mark.parametrize(
-    ("agent", "option"), [(a, o) for a, opts in AGENT_OPTIONS.items() for o in sorted(opts & LIST_OPTIONS)]
+    ("agent", "option"), [(a, o) for a, agent in BUILT_IN.items() for o in sorted(agent.options & LIST_OPTIONS)]
 )
 def test_list_options_are_bounded(agent, option):
     most = [f"name{i}" for i in range(MAX_LIST_ENTRIES)]

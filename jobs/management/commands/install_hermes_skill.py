@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.template.loader import render_to_string
 
+from jobs.agents import registry
 from jobs.core.access import Scope
 from jobs.core.hints import manage_command
 from jobs.core.terminal import printable
@@ -54,6 +55,7 @@ def render_skill(url: str, token_scope: str = HERMES_SCOPE) -> str:
             "token_help": json.dumps(f"Make one on the Bridge host: {token_command}"),
             "allowed_roots": ", ".join(f"`{Path(root).resolve()}`" for root in settings.BRIDGE_ALLOWED_ROOTS),
             "default_cwd": Path(settings.BRIDGE_DEFAULT_CWD).resolve(),
+            "other_agents": ", ".join(f"`{name}`" for name in registry.agent_names() if name != "claude"),
         },
     )
 

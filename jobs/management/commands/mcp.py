@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand
 
 from jobs.agents import executors
 from jobs.core.terminal import printable
-from jobs.management.startup import migrate_database
+from jobs.management.startup import check_agents, migrate_database
 from jobs.mcp.server import start_up
 from jobs.mcp.stdio import serve_stdio
 
@@ -18,7 +18,7 @@ log = logging.getLogger("jobs")
 
 def log_executor_problems() -> None:
     """Say in the client's MCP log (stderr) what would stop an executor, before a task fails on it."""
-    for status in executors.executor_report():
+    for status in executors.worth_telling(executors.executor_report()):
         for problem in status.problems:
             log.warning("%s cannot run: %s. Fix: %s", status.agent, printable(problem.what), printable(problem.fix))
 
@@ -31,6 +31,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING)  # stdout carries the protocol, nothing else
+        check_agents()
         log.propagate = False  # Bridge's own logger already writes to stderr (settings.LOGGING): each line once
         problem = start_up.hold_until(migrate_database)  # Claude Desktop may start this before `make run` ever ran
         if problem:  # every tool answers it too, and tries again (jobs/mcp/server.py, StartUpGate)

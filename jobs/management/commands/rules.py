@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from jobs import actions
 from jobs.core.errors import BridgeError
 from jobs.core.terminal import printable
-from jobs.core.vocabulary import Agent, RuleDecision
+from jobs.core.vocabulary import RuleDecision
 from jobs.management.startup import check_database
 from jobs.models import PermissionRule
 
@@ -36,7 +36,7 @@ class Command(BaseCommand):
         add.add_argument("rule", help="Claude Code's syntax: Bash(git status), Read(src/**), WebFetch(domain:x.org)")
         add.add_argument("decision", choices=[decision.value for decision in RuleDecision])
         add.add_argument("--root", default="", help="only tasks whose cwd is PATH or under it (default: everywhere)")
-        add.add_argument("--agent", default="", choices=["", *(agent.value for agent in Agent)])
+        add.add_argument("--agent", default="", help="only this agent's tasks (default: any)")
         add.add_argument("--message", default="", help="deny only: what the agent is told")
         remove = sub.add_parser("remove", help="stop a rule from deciding (it stays on record)")
         remove.add_argument("id", type=int)

@@ -28,7 +28,7 @@ from jobs.agents import executors
 from jobs.core.hints import manage_command
 from jobs.core.terminal import printable
 from jobs.integrations import tool_configs
-from jobs.management.startup import check_database
+from jobs.management.startup import check_agents, check_database
 from jobs.models import PermissionRequest
 from jobs.supervision.supervisor import Supervisor
 from jobs.web.auth import login_link_path, login_user
@@ -92,6 +92,7 @@ class Command(BaseCommand):
         if listener is None:
             check_port_free(host, port)
         check_database()
+        check_agents()
         self.login_path = self._login_link()
         connections.close_all()  # this thread only waits from here on: give its connection (a pool slot) back
         supervisor, thread = (None, None) if no_supervisor else self._start_supervisor()

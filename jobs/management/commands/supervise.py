@@ -10,7 +10,7 @@ from jobs import actions, processes
 from jobs.core.errors import BridgeError
 from jobs.core.hints import manage_command
 from jobs.core.terminal import printable
-from jobs.management.startup import check_database
+from jobs.management.startup import check_agents, check_database
 from jobs.supervision.supervisor import Supervisor
 
 log = logging.getLogger("jobs")
@@ -48,6 +48,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, concurrency=None, name=None, labels=None, started_by="", **options):
         check_database()
+        check_agents()
         try:
             name, labels = actions.check_identity(
                 settings.BRIDGE_SUPERVISOR_NAME if name is None else name,

@@ -2,7 +2,9 @@
 
 The run is initialize → session/new (or session/load to resume) → [session/set_model] → one session/prompt; its
 answer (`stopReason`) ends the task. session/update notifications become events; session/request_permission
-requests go through Bridge's PermissionRequest pipeline. A subclass names the command (see hermes.py).
+requests go through Bridge's PermissionRequest pipeline. A subclass names the command: hermes.py for Hermes, and
+declared.py for every other ACP agent (the presets and those declared in BRIDGE_AGENTS_FILE). The protocol's rules
+live here; an agent's departures from them live in its own module.
 """
 
 import json
@@ -214,10 +216,9 @@ class AcpRunner(JsonLinesRunner):
         if kind == "agent_message_chunk":
             text = content_text(update.get("content"))
             self.message_parts.append(text)
-            return Step(events=[("text_delta", {"text": text})], withdrawn=self._stale_asks())
+            return Step(events=[("text_delta", {"text": text})])
         if kind == "agent_thought_chunk":
-            text = content_text(update.get("content"))
-            return Step(events=[("thinking_delta", {"text": text})], withdrawn=self._stale_asks())
+            return Step(events=[("thinking_delta", {"text": content_text(update.get("content"))})])
         if kind == "tool_call":
             return Step(events=self._end_message() + self._on_tool_call(update))
         if kind == "tool_call_update":
@@ -227,15 +228,6 @@ class AcpRunner(JsonLinesRunner):
         if kind == "usage_update":
             return Step(events=[("context_usage", {"size": update.get("size"), "used": update.get("used")})])
         return Step(events=[("acp_update", update)])
-
-    def _stale_asks(self) -> list[str]:
-        """The model is talking again, so the agent stopped waiting for its open questions (Hermes denies by itself
-        after 60 s, without telling the client): close them rather than let a late answer look effective."""
-        stale = list(self.pending_asks)
-        self.pending_asks.clear()
-        for bridge_id in stale:
-            self.ask_options.pop(bridge_id, None)
-        return stale
 
     def _on_tool_call(self, update: dict) -> list[tuple[str, dict]]:
         data = {
@@ -272,37 +264,55 @@ class AcpRunner(JsonLinesRunner):
         bridge_id = json.dumps(request_id)  # 0 and "0" are different JSON-RPC ids; keep them apart
         self.pending_asks[bridge_id] = request_id
         self.ask_options[bridge_id] = params.get("options") or []
-        tool_input = tool_call.get("rawInput")
         ask = PermissionAsk(
             request_id=bridge_id,
             tool_name=str(tool_call.get("title") or tool_call.get("kind") or "tool"),
-            tool_input=tool_input if isinstance(tool_input, dict) else {"input": tool_input},
+            tool_input=self.permission_input(tool_call),
             tool_use_id=str(tool_call.get("toolCallId") or ""),
             suggestions=self.ask_options[bridge_id],
         )
         return Step(asks=[ask])
 
+    def permission_input(self, tool_call: dict) -> dict:
+        """What a permission request shows and rules match as the tool's input: its `rawInput`, or, for an agent that
+        sends none (the protocol makes it optional), its kind, where it acts and what it says about itself."""
+        raw = tool_call.get("rawInput")
+        if isinstance(raw, dict):
+            return raw
+        if raw is not None:
+            return {"input": raw}
+        return {
+            "kind": tool_call.get("kind"),
+            "title": tool_call.get("title"),
+            "content": clip(content_text(tool_call.get("content"))),
+            "locations": tool_call.get("locations") or [],
+        }
+
     def answer(self, decision: Decision) -> bytes:
         """allow → the offered allow_once option, anything else → its deny option (ACP cannot change the input)."""
         return self._outcome_line(decision.request_id, decision.allowed)
 
-    def _outcome_line(self, bridge_id: str, allow: bool) -> bytes:
+    def _outcome_line(self, bridge_id: str, allow: bool | None) -> bytes:
+        """The answer to one permission request: its allow or deny option, or `cancelled` (allow None, or no such
+        option offered)."""
         agent_id = self.pending_asks.pop(bridge_id, json.loads(bridge_id))
-        option_id = pick_option(self.ask_options.pop(bridge_id, []), allow)
+        options = self.ask_options.pop(bridge_id, [])
+        option_id = None if allow is None else pick_option(options, allow)
         outcome = {"outcome": "selected", "optionId": option_id} if option_id else {"outcome": "cancelled"}
         return dumps_line({"jsonrpc": "2.0", "id": agent_id, "result": {"outcome": outcome}})
 
+    def _cancel_line(self) -> bytes:
+        return dumps_line({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": self.session_id}})
+
     def stop_lines(self) -> list[bytes]:
-        """Deny what is pending, then session/cancel: cancelling with a permission open wedges Hermes 0.19.
+        """session/cancel, then every pending permission request answered `cancelled`, as the protocol asks (an agent
+        waiting on one may not see the cancel otherwise: Gemini CLI does not).
 
         Before a session exists there is nothing to cancel: an empty list makes the supervisor signal at once.
         """
         if not self.session_id or self.prompt_result is not None:
             return []
-        lines = [self._outcome_line(bridge_id, allow=False) for bridge_id in list(self.pending_asks)]
-        cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": self.session_id}}
-        lines.append(dumps_line(cancel))
-        return lines
+        return [self._cancel_line(), *(self._outcome_line(bridge_id, None) for bridge_id in list(self.pending_asks))]
 
     # --- the end --------------------------------------------------------------------------------------------
     def final_text(self) -> str:

@@ -99,6 +99,24 @@ class HermesAcpRunner(AcpRunner):
             calls.append(("session/set_mode", {"sessionId": self.session_id, "modeId": "dont_ask"}))
         return calls
 
+    def _on_notification(self, message: dict) -> Step:
+        """The model is talking again, so Hermes stopped waiting for its open questions (it denies by itself after
+        60 s, without telling the client): close them rather than let a late answer look effective."""
+        step = super()._on_notification(message)
+        if any(kind in ("text_delta", "thinking_delta") for kind, _ in step.events):
+            step.withdrawn.extend(self.pending_asks)
+            self.pending_asks.clear()
+            for bridge_id in step.withdrawn:
+                self.ask_options.pop(bridge_id, None)
+        return step
+
+    def stop_lines(self) -> list[bytes]:
+        """Deny what is pending, then session/cancel: cancelling with a permission open wedges Hermes 0.19."""
+        if not self.session_id or self.prompt_result is not None:
+            return []
+        lines = [self._outcome_line(bridge_id, allow=False) for bridge_id in list(self.pending_asks)]
+        return [*lines, self._cancel_line()]
+
     def outcome(self, exit_code: int, stderr_tail: str) -> Outcome:
         """Hermes 0.19 reports a failed model call as ordinary text, ending its turn `end_turn` without `usage`
         (tests/fakes/HERMES_NOTES.md): that turn failed. An agent that follows the protocol may leave usage out."""
