@@ -35,6 +35,7 @@ SCRIPTS = (
     "changes_overhead.py",
     "rules_overhead.py",
     "webhooks.py",
+    "acp_agents.py",
 )
 
 
