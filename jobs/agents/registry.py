@@ -118,6 +118,8 @@ PRESETS: dict[str, AgentDefinition] = {
             "resumes a session only from the minute after it started (Gemini CLI 0.61 erases a session loaded "
             "within the minute of its start)",
             "skip trusts the task's folder for that run (Gemini CLI then reads the folder's .gemini settings)",
+            "a task whose text starts with / or $ and one of its commands (/help, /init, /memory...) runs that "
+            "command instead of asking the model",
         ),
         source="preset",
     ),
@@ -143,6 +145,8 @@ PRESETS: dict[str, AgentDefinition] = {
             "a denied request ends its turn: the model is not told and does not go on",
             "its own 'always allow' would write into the repository's or the user's settings, so Bridge answers "
             "'allow once' and remembers rules itself",
+            "a task whose text starts with / and one of its commands (/status, /clear...) runs that command instead "
+            "of asking the model",
         ),
         source="preset",
     ),

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.bridge_server import BridgeServer, data_events
+from tests.bridge_server import BridgeServer
+from tests.e2e import acp_flow
+from tests.e2e.acp_flow import final_status, of_kind
 from tests.fakes.hermes_env import DEFAULT_HERMES_BIN, PROXY_VARS, RecordingProxy, offline_env, write_hermes_home
 from tests.fakes.openai_server import FakeOpenAI, error, split_text, text, tool_call
 from tests.support import skip_or_fail
@@ -110,28 +112,12 @@ def oneshot_cwd(oneshot_bridge, request) -> Path:
 
 
 def run(bridge: BridgeServer, prompt: str, cwd: Path, react=None, **fields) -> tuple[str, list[dict]]:
-    """Create a Hermes task and follow its SSE stream to the end, calling react(task_id, event) on each event."""
-    task_id = bridge.create_task(prompt, cwd, agent="hermes", timeout_s=TIMEOUT_S, **fields)
-    events = []
-    for event in bridge.stream(task_id, deadline_s=TIMEOUT_S):
-        events.append(event)
-        if react is not None:
-            react(task_id, event)
-    assert events and events[-1]["event"] == "end", f"the stream closed without an `end` event: {events[-3:]}"
-    return task_id, data_events(events)
-
-
-def of_kind(events: list[dict], kind: str) -> list[dict]:
-    return [e["data"]["data"] for e in events if e["event"] == kind]
+    """A Hermes task, followed to its end (tests/e2e/acp_flow.py `run`)."""
+    return acp_flow.run(bridge, prompt, cwd, "hermes", react, **fields)
 
 
 def kinds(events: list[dict]) -> list[str]:
     return [e["event"] for e in events]
-
-
-def final_status(events: list[dict]) -> dict:
-    assert events[-1]["event"] == "status", events[-1]
-    return events[-1]["data"]["data"]
 
 
 def since_the_stop(events: list[dict]) -> str:

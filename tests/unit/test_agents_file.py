@@ -6,6 +6,7 @@ import json
 import string
 
 import pytest
+from django.core.management.base import CommandError
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from jobs.agents import executors, registry
 from jobs.agents.registry import AgentsFileError, load_agents_file
 from jobs.core.vocabulary import PermissionMode
+from jobs.management.startup import check_agents
 from jobs.supervision.runners import runner_for
 from jobs.supervision.runners.base import RunSpec
 from jobs.supervision.runners.declared import DeclaredAcpRunner
@@ -171,3 +173,14 @@ def test_a_preset_is_ready_with_a_key_or_its_own_login_and_not_without(tmp_path)
     assert "GEMINI_API_KEY" in without.problems[0].fix
     assert (with_key.ready, with_key.detail) == (executors.YES, "uses GEMINI_API_KEY from the environment")
     assert logged_in.ready == executors.YES and "oauth-personal" in logged_in.detail
+
+
+def test_a_wrong_file_stops_start_up_with_its_reason_and_a_fixed_one_is_read_again(agents_file):
+    agents_file.write_text(declare("mine", protocol="acp"))
+    with pytest.raises(CommandError) as refused:
+        check_agents()
+    assert "Bridge cannot use its agents file" in str(refused.value) and "command is required" in str(refused.value)
+
+    agents_file.write_text(declare("mine", protocol="acp", command=["/opt/mine"]))
+    check_agents()
+    assert registry.get_agent("mine").command == ("/opt/mine",)

@@ -15,7 +15,7 @@ from jobs.agents.registry import BUILT_IN
 from jobs.core.errors import InvalidInput
 from jobs.core.vocabulary import PermissionMode, PermissionStatus, Status
 from jobs.supervision.runners.acp import AcpRunner
-from jobs.supervision.runners.base import Decision, RunSpec, Step
+from jobs.supervision.runners.base import RunSpec, Step
 from jobs.supervision.runners.hermes import (
     LAUNCHER,
     HermesAcpRunner,
@@ -25,37 +25,25 @@ from jobs.supervision.runners.hermes import (
 )
 from tests.fakes.hermes_env import DEFAULT_HERMES_BIN
 from tests.support import python_script
+from tests.unit import acp_replay
+from tests.unit.acp_replay import events
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "hermes"
 
 
 def transcript(name: str) -> list[dict]:
-    return [json.loads(line) for line in (FIXTURES / f"acp_{name}.jsonl").read_text().splitlines()]
+    return acp_replay.transcript("hermes", name)
 
 
 def sent(name: str) -> list[dict]:
-    return [entry["msg"] for entry in transcript(name) if entry["dir"] == "out"]
+    return acp_replay.sent("hermes", name)
 
 
 def replay(name: str, decision: str = "", **task_fields) -> tuple[HermesAcpRunner, list[Step], list[dict]]:
-    """Feed what Hermes printed to a fresh runner; also return what the runner wrote (start lines, replies, and the
-    answer to each permission question when a `decision` status is given)."""
-    task = RunSpec(agent="hermes", prompt="p", cwd="/tmp/w", **task_fields)
-    runner = HermesAcpRunner(task)
-    written = [json.loads(line) for line in runner.stdin_lines()]
-    steps = []
-    for entry in transcript(name):
-        if entry["dir"] == "in":
-            step = runner.on_line(json.dumps(entry["msg"]).encode() + b"\n")
-            steps.append(step)
-            written += [json.loads(line) for line in step.replies]
-            for ask in step.asks if decision else []:
-                written.append(json.loads(runner.answer(Decision(request_id=ask.request_id, status=decision))))
+    """A fresh Hermes runner fed the recording `name` (tests/unit/acp_replay.py)."""
+    runner = HermesAcpRunner(RunSpec(agent="hermes", prompt="p", cwd="/tmp/w", **task_fields))
+    steps, written = acp_replay.replay(runner, "hermes", name, decision)
     return runner, steps, written
-
-
-def events(steps: list[Step], kind: str) -> list[dict]:
-    return [data for step in steps for k, data in step.events if k == kind]
 
 
 def exit_code(name: str) -> int:
