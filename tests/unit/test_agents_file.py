@@ -184,3 +184,15 @@ def test_a_wrong_file_stops_start_up_with_its_reason_and_a_fixed_one_is_read_aga
     agents_file.write_text(declare("mine", protocol="acp", command=["/opt/mine"]))
     check_agents()
     assert registry.get_agent("mine").command == ("/opt/mine",)
+
+
+def test_a_resume_of_an_agent_that_cannot_load_sessions_ends_saying_so(agents_file):
+    agents_file.write_text(declare("mine", protocol="acp", command=["/opt/mine"]))
+    runner = runner_for(RunSpec(prompt="p", cwd="/tmp", agent="mine", resume_session_id="s-1"))
+    runner.stdin_lines()
+    step = runner.on_line(b'{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":1,"agentCapabilities":{}}}')
+
+    assert step.finished and not step.replies
+    outcome = runner.outcome(0, "")
+    assert outcome.status == "failed" and outcome.error.startswith("mine cannot resume sessions")
+    assert "start a new task instead" in outcome.error

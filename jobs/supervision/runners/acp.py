@@ -148,7 +148,10 @@ class AcpRunner(JsonLinesRunner):
         cwd = self.spec.cwd
         if resume_id:
             if not capabilities.get("loadSession"):
-                return self._fail(f"{self.agent_label} cannot resume sessions (no loadSession capability)")
+                return self._fail(
+                    f"{self.agent_label} cannot resume sessions (its initialize answer offers no loadSession): start "
+                    "a new task instead"
+                )
             self.loading = True
             line = self._call("session/load", {"sessionId": resume_id, "cwd": cwd, "mcpServers": []})
         else:
