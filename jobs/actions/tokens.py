@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import cast
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from jobs.actions.tasks import TaskSpec, served_dir, task_cwd_and_session
@@ -23,7 +23,8 @@ from jobs.core.hints import manage_command
 from jobs.core.inputs import check_path_text, check_text
 from jobs.core.resilience import DB_ERRORS, is_storage_full, saw_storage_full
 from jobs.core.terminal import UNSAFE_IN_WORDS, describe, first_unsafe, printable
-from jobs.models import ApiToken, PermissionRequest, Task
+from jobs.core.vocabulary import Status
+from jobs.models import ApiToken, PermissionRequest, Task, TaskCount
 
 TOKEN_PREFIX = "brg_"
 PREFIX_LEN = len(TOKEN_PREFIX) + 8
@@ -215,6 +216,24 @@ def seen_tasks(caller: Caller, tasks: QuerySet[Task]) -> QuerySet[Task]:
         return tasks
     cwds = Task.objects.order_by().values_list("cwd", flat=True).distinct()
     return tasks.filter(cwd__in=[cwd for cwd in cwds if caller.covers(cwd)])
+
+
+def seen_requests(caller: Caller, requests: QuerySet[PermissionRequest]) -> QuerySet[PermissionRequest]:
+    """The permission requests of `requests` whose task the caller may see (`seen_tasks`), still a query: a count or a
+    page of it holds no other task's."""
+    if not caller.roots:
+        return requests
+    return requests.filter(task__in=seen_tasks(caller, Task.objects.all()))
+
+
+def seen_counts(caller: Caller) -> dict[str, int]:
+    """How many of the tasks the caller may see are in each status (every status present, zeros included)."""
+    if not caller.roots:
+        return TaskCount.by_status()
+    counts = dict.fromkeys((status.value for status in Status), 0)
+    seen = seen_tasks(caller, Task.objects.all()).order_by().values_list("status").annotate(n=Count("id"))
+    counts.update(seen)
+    return counts
 
 
 def seen_permissions(caller: Caller, requests: Iterable[PermissionRequest]) -> list[PermissionRequest]:

@@ -27,7 +27,7 @@ from jobs.core import doorbell
 from jobs.core.access import Caller, Scope
 from jobs.core.errors import BridgeError, ErrorCode, NotFound
 from jobs.core.vocabulary import TERMINAL_STATUSES, Status
-from jobs.models import AgentSession, PermissionRequest, Task, TaskCount, TaskEvent, Worker
+from jobs.models import AgentSession, PermissionRequest, Task, TaskEvent, Worker
 from jobs.web import auth
 from jobs.web.watching import TaskWatch
 
@@ -37,7 +37,7 @@ LIST_MIN_INTERVAL_S = 0.25  # the list coalesces bursts of news (token streaming
 PERMISSION_KINDS = ("permission_request", "permission_decision")
 LIST_OVERLAP = 200  # ids can commit out of order on PostgreSQL: look back a little, rows are idempotent
 PROMPT_HEAD = 100  # characters of a task's prompt the list sends for a notification to show
-PENDING_SHOWN = 50  # the newest waiting permission requests each list message names (pending_permissions counts all)
+PENDING_SHOWN = 50  # the newest waiting requests a list message names (pending_permissions counts them all)
 
 
 class SameOriginOnly:
@@ -284,9 +284,9 @@ class TaskListConsumer(BridgeConsumer):
             "type": "tasks",
             "cursor": max(latest, self.cursor),
             "tasks": self.rows_with_news(newer) if latest > self.cursor else [],
-            "pending_permissions": PermissionRequest.objects.pending().count(),
+            "pending_permissions": tokens.seen_requests(self.caller, PermissionRequest.objects.pending()).count(),
             "pending": self.pending_requests(),
-            "counts": TaskCount.by_status(),
+            "counts": tokens.seen_counts(self.caller),
         }
         connection.close_if_unusable_or_obsolete()
         return changes
@@ -310,12 +310,13 @@ class TaskListConsumer(BridgeConsumer):
         ]
 
     def pending_requests(self) -> list[dict]:
-        """The newest permission requests waiting for someone, with what a notification of each says."""
+        """The newest permission requests waiting for someone the caller may see, with what a notification of each
+        says."""
         waiting = (
-            PermissionRequest.objects.pending()
+            tokens.seen_requests(self.caller, PermissionRequest.objects.pending())
             .order_by("-created_at", "-id")
             .annotate(prompt=Substr("task__prompt", 1, PROMPT_HEAD))
-            .values("request_id", "tool_name", "created_at", "prompt", "task__public_id", "task__cwd")
+            .values("request_id", "tool_name", "created_at", "prompt", "task__public_id")
         )
         return [
             {
@@ -326,7 +327,6 @@ class TaskListConsumer(BridgeConsumer):
                 "asked_at": row["created_at"].isoformat(),
             }
             for row in waiting[:PENDING_SHOWN]
-            if self.caller.covers(row["task__cwd"])
         ]
 
     async def run_pump(self) -> None:

@@ -293,7 +293,7 @@ def asking_task(prompt: str, cwd: str) -> Task:
 def test_the_task_list_names_the_requests_waiting_and_a_token_sees_only_its_roots(work_root, token):
     """What a notification of a request says (the task, the tool, the prompt's head, when it was asked), and of a
     task's end (its prompt's head, when it finished); a token limited to roots is told only of its tasks'
-    requests."""
+    requests, nor counts any other."""
     (work_root / "mine").mkdir()
     (work_root / "theirs").mkdir()
     mine = asking_task("x" * (PROMPT_HEAD + 50), str(work_root / "mine"))
@@ -323,6 +323,9 @@ def test_the_task_list_names_the_requests_waiting_and_a_token_sees_only_its_root
         )
         only_mine = await first_message(limited)
         assert [r["task_id"] for r in only_mine["pending"]] == [str(mine.public_id)]
+        # nor counted: neither the requests waiting elsewhere nor the tasks there
+        assert only_mine["pending_permissions"] == 1, only_mine
+        assert only_mine["counts"]["running"] == 1 and everything["counts"]["running"] == 2
         await database_sync_to_async(actions.decide_permission)(mine, behavior="allow")
         await database_sync_to_async(actions.finish_task)(mine, status=Status.DONE, exit_code=0)
         after = await first_message(token)
