@@ -7,10 +7,11 @@ for ACP agents, and the ACP agents a user declares in BRIDGE_AGENTS_FILE (defaul
     pass_env = ["MY_AGENT_API_KEY"]            # optional: more variables the agent inherits
     version = ["/path/to/agent", "--version"]  # optional: how to ask its version
     skip_mode = "yolo"                         # optional: the ACP session mode that asks nothing
+    label = "My agent"                         # optional: its name for people
 
 A declared name that is a preset's changes only what it gives (a command elsewhere, more variables); the preset's
 knowledge stays. The file is read once per process: a wrong one stops start-up with the reason (`check_agents_file`),
-and Bridge is restarted after an edit. See docs/architecture.md, "Executors".
+and Bridge is restarted after an edit. See docs/architecture.md, "Executors: any ACP agent".
 """
 
 import re

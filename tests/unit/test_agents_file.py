@@ -109,9 +109,14 @@ def test_no_file_declares_nothing_and_a_preset_named_in_it_keeps_what_bridge_kno
 def test_each_agent_gets_its_runner_and_a_declared_one_runs_its_command_with_only_its_variables(
     agents_file, monkeypatch
 ):
-    agents_file.write_text(declare("mine", protocol="acp", command=["/opt/mine", "--acp"], pass_env=["MINE_KEY"]))
+    secrets = ["DJANGO_SECRET_KEY", "DATABASE_URL", "BRIDGE_WEBHOOK_SECRET"]
+    agents_file.write_text(
+        declare("mine", protocol="acp", command=["/opt/mine", "--acp"], pass_env=["MINE_KEY", *secrets])
+    )
     monkeypatch.setenv("MINE_KEY", "k")
     monkeypatch.setenv("OTHER_KEY", "not passed")
+    for name in secrets:
+        monkeypatch.setenv(name, "Bridge's own")
 
     mine = runner_for(RunSpec(prompt="p", cwd="/tmp", agent="mine"))
     gemini = runner_for(RunSpec(prompt="p", cwd="/tmp", agent="gemini", permission_mode=PermissionMode.SKIP))
@@ -119,6 +124,7 @@ def test_each_agent_gets_its_runner_and_a_declared_one_runs_its_command_with_onl
     assert type(mine) is DeclaredAcpRunner and type(gemini) is GeminiRunner
     assert mine.argv() == ["/opt/mine", "--acp"]
     assert mine.env()["MINE_KEY"] == "k" and "OTHER_KEY" not in mine.env()
+    assert not set(secrets) & set(mine.env()), "an agents file cannot hand an agent Bridge's secrets"
     assert gemini.env()["GEMINI_CLI_NO_RELAUNCH"] == "true" and gemini.env()["GEMINI_CLI_TRUST_WORKSPACE"] == "true"
     with pytest.raises(ValueError, match="no runner for agent 'nobody'"):
         runner_for(RunSpec(prompt="p", cwd="/tmp", agent="nobody"))
