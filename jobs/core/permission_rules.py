@@ -49,7 +49,9 @@ Hermes 0.19 asks for two things: a dangerous command, title `"<description>: <co
 rawInput `{"command", "description"}`, kind `execute`; and a file edit, title `"Approve edit: <path>"`, rawInput
 `{"tool": "write_file" | "patch", "arguments": {"path", …}}`, kind `edit`. Bridge recognises them by those shapes
 (or by a tool name that is an ACP kind, when a title is missing): `Bash(…)` rules match the command, `Edit(…)` rules
-the path, and a bare ACP kind (`execute`, `edit`, …) matches that kind's requests.
+the path, and a bare ACP kind (`execute`, `edit`, …) matches that kind's requests. Gemini CLI's and Qwen Code's runners
+give theirs the same shapes where they can: a command `{command, description}` titled the command or
+`"<command> (<description>)"`, and a file write `{file_path, content}` titled `"Writing to <file>"`.
 """
 
 import os
@@ -403,7 +405,8 @@ def _request(tool_name: object, tool_input: dict, cwd: str) -> _Request:
         return _Request(tool, "shell", tool_input.get("command"), cwd, hermes_kind)
     if hermes_kind == "edit":
         arguments = tool_input.get("arguments")
-        return _Request(tool, "edit", arguments.get("path") if isinstance(arguments, dict) else None, cwd, hermes_kind)
+        path = arguments.get("path") if isinstance(arguments, dict) else tool_input.get("file_path")
+        return _Request(tool, "edit", path, cwd, hermes_kind)
     return _Request(tool, "other", None, cwd, hermes_kind)
 
 
@@ -419,6 +422,8 @@ def _hermes_kind(tool: str, tool_input: dict) -> str:
         return "execute"
     arguments, inner_tool = tool_input.get("arguments"), tool_input.get("tool")
     if tool.startswith("Approve edit: ") and isinstance(inner_tool, str) and isinstance(arguments, dict):
+        return "edit"
+    if tool.startswith("Writing to ") and isinstance(tool_input.get("file_path"), str):
         return "edit"
     return ""
 

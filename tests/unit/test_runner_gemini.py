@@ -98,3 +98,13 @@ def test_as_a_plain_acp_agent_the_cli_still_runs_but_counts_no_tokens_and_shows_
     outcome = runner.outcome(0, "")
     assert outcome.status == Status.DONE and outcome.usage["input_tokens"] is None
     assert "[MODE_UPDATE] yolo" in [e["text"] for e in events(steps, "text_delta")]
+
+
+def test_a_file_write_asks_with_its_path_so_that_edit_rules_decide_it():
+    _, steps, _ = replay("write_allow")
+    [ask] = [ask for step in steps for ask in step.asks]
+    assert ask.tool_name == "Writing to a.txt" and ask.tool_input["file_path"].endswith("/write_allow/a.txt")
+    folder = ask.tool_input["file_path"].rsplit("/", 1)[0]
+    assert matches(parse(f"Edit(/{folder}/**)"), ask.tool_name, ask.tool_input, folder, "allow")
+    assert not matches(parse("Edit(//elsewhere/**)"), ask.tool_name, ask.tool_input, folder, "allow")
+    assert matches(parse("Edit"), ask.tool_name, ask.tool_input, folder, "deny")

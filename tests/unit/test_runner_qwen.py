@@ -84,5 +84,14 @@ def test_as_a_plain_acp_agent_its_tokens_reports_would_be_lost():
     assert runner.outcome(0, "").usage["input_tokens"] is None
 
 
+def test_a_file_write_asks_with_its_path_so_that_edit_rules_decide_it():
+    _, steps, _ = replay("write_allow")
+    [ask] = [ask for step in steps for ask in step.asks]
+    folder = ask.tool_input["file_path"].rsplit("/", 1)[0]
+    assert ask.tool_name == "Writing to a.txt"
+    assert matches(parse(f"Edit(/{folder}/**)"), ask.tool_name, ask.tool_input, folder, "allow")
+    assert not matches(parse("Edit(//elsewhere/**)"), ask.tool_name, ask.tool_input, folder, "allow")
+
+
 def received(name: str) -> list[dict]:
     return [entry["msg"] for entry in acp_replay.transcript("qwen", name) if entry["dir"] == "in"]

@@ -6,8 +6,9 @@
 - `yolo` (Bridge's `skip`) is refused in a folder it does not trust: the run trusts its folder for that process.
 - session/load answers before it replays the history, with no end marker; the replay ends with the
   `available_commands_update` it sends next, so the prompt waits for that.
-- A permission request carries no `rawInput`; a shell command's title is the command itself, which is given as the
-  request's `command` so that `Bash(...)` rules match it (jobs/core/permission_rules.py).
+- A permission request carries no `rawInput`; a shell command's title is the command itself, given as the request's
+  `command`, and a file write names its file in `locations`, given as `file_path` (Qwen Code's shapes), so that
+  `Bash(...)` and `Edit(...)` rules match them (jobs/core/permission_rules.py).
 """
 
 from jobs.core.vocabulary import PermissionMode
@@ -50,11 +51,15 @@ class GeminiRunner(DeclaredAcpRunner):
         return super()._on_notification(message)
 
     def permission_input(self, tool_call: dict) -> dict:
-        """A shell command as `{command, description}` (its title, and what the model said of it); the rest as any
-        agent's."""
-        title = tool_call.get("title")
-        if tool_call.get("kind") == "execute" and isinstance(title, str) and title:
+        """A shell command as `{command, description}` (its title, and what the model said of it), a file write as
+        `{file_path, content}` (where, and the diff); the rest as any agent's."""
+        title, kind = tool_call.get("title"), tool_call.get("kind")
+        if kind == "execute" and isinstance(title, str) and title:
             return {"command": title, "description": clip(content_text(tool_call.get("content")))}
+        locations = tool_call.get("locations") or []
+        path = locations[0].get("path") if locations and isinstance(locations[0], dict) else None
+        if kind == "edit" and isinstance(path, str) and path:
+            return {"file_path": path, "content": clip(content_text(tool_call.get("content")))}
         return super().permission_input(tool_call)
 
     def usage(self) -> dict:
