@@ -178,10 +178,18 @@ PRESETS: dict[str, AgentDefinition] = {
         label="Claude Code (ACP)",
         protocol=ACP_PROTOCOL,
         command=("claude-agent-acp",),
+        version=("claude-agent-acp", "--version"),  # the adapter's; it runs a Claude Code of its own
+        env={"CLAUDE_CODE_ENABLE_PROMPT_SUGGESTION": "false"},  # else each turn ends with an uncounted model call
         login_env=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
         skip_mode="bypassPermissions",
-        install="npm install -g @zed-industries/claude-agent-acp",
-        limits=("reports no cost through ACP: the claude executor does",),
+        install="npm install -g @agentclientprotocol/claude-agent-acp (Node.js 22 or newer)",
+        limits=(
+            "runs the Claude Code it brings, unless CLAUDE_CODE_EXECUTABLE names another",
+            "skip needs Bridge to run as a user other than root, or IS_SANDBOX=1 passed on, as Claude Code's own "
+            "bypass mode does",
+            "its cost is not recorded yet (it reports a running total per session): the claude executor records it",
+            "a task whose text starts with / and one of its commands runs that command instead of asking the model",
+        ),
         source="preset",
     ),
 }

@@ -8,13 +8,18 @@ from jobs.agents import registry
 from jobs.core.vocabulary import Agent
 from jobs.supervision.runners.base import Runner, RunSpec
 from jobs.supervision.runners.claude import ClaudeRunner
+from jobs.supervision.runners.claude_acp import ClaudeAcpRunner
 from jobs.supervision.runners.declared import DeclaredAcpRunner
 from jobs.supervision.runners.gemini import GeminiRunner
 from jobs.supervision.runners.hermes import hermes_runner
 from jobs.supervision.runners.qwen import QwenRunner
 
 # The ACP agents with departures from the protocol of their own, by name; any other runs as DeclaredAcpRunner.
-ACP_RUNNERS: dict[str, type[DeclaredAcpRunner]] = {"gemini": GeminiRunner, "qwen": QwenRunner}
+ACP_RUNNERS: dict[str, type[DeclaredAcpRunner]] = {
+    "gemini": GeminiRunner,
+    "qwen": QwenRunner,
+    "claude-acp": ClaudeAcpRunner,
+}
 
 
 def runner_for(spec: RunSpec) -> Runner:
