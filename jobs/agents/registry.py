@@ -157,9 +157,20 @@ PRESETS: dict[str, AgentDefinition] = {
         protocol=ACP_PROTOCOL,
         command=("opencode", "acp"),
         version=("opencode", "--version"),
-        pass_env=(*_OPENAI_ENV, "OPENROUTER_API_KEY", "OPENCODE_CONFIG", "GEMINI_API_KEY"),
-        install="npm install -g opencode-ai",
-        limits=("offers no skip mode: use bypass, where Bridge allows every request",),
+        pass_env=(
+            *("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENROUTER_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"),
+            *("GOOGLE_GENERATIVE_AI_API_KEY", "DEEPSEEK_API_KEY", "OPENCODE_API_KEY"),
+            *("OPENCODE_CONFIG", "OPENCODE_CONFIG_DIR", "OPENCODE_DISABLE_MODELS_FETCH"),
+        ),
+        install="npm install -g opencode-ai (tested with 1.18)",
+        limits=(
+            "offers no skip mode yet: use bypass, where Bridge allows every request",
+            "without a usable model in its own config it falls back to opencode.ai's free models, without a word: "
+            "configure a provider first",
+            "a denied request ends its turn: the model is not told and does not go on",
+            "its token counts cover a turn's last model call only",
+            "a task whose text starts with / runs one of its commands, or ends at once for an unknown one",
+        ),
         source="preset",
     ),
     "codex": AgentDefinition(

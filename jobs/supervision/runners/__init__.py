@@ -12,6 +12,7 @@ from jobs.supervision.runners.claude_acp import ClaudeAcpRunner
 from jobs.supervision.runners.declared import DeclaredAcpRunner
 from jobs.supervision.runners.gemini import GeminiRunner
 from jobs.supervision.runners.hermes import hermes_runner
+from jobs.supervision.runners.opencode import OpencodeRunner
 from jobs.supervision.runners.qwen import QwenRunner
 
 # The ACP agents with departures from the protocol of their own, by name; any other runs as DeclaredAcpRunner.
@@ -19,6 +20,7 @@ ACP_RUNNERS: dict[str, type[DeclaredAcpRunner]] = {
     "gemini": GeminiRunner,
     "qwen": QwenRunner,
     "claude-acp": ClaudeAcpRunner,
+    "opencode": OpencodeRunner,
 }
 
 
