@@ -351,6 +351,12 @@ def test_a_read_of_a_task_another_transaction_holds_answers_at_once_with_the_tas
 # --- a frozen supervisor, for real ---------------------------------------------------------------------------------
 
 
+def all_stopped(pid: int) -> bool:
+    """Whether every thread of process `pid` is stopped (a signal's group stop reaches each thread on its own)."""
+    threads = psutil.Process(pid).threads()
+    return all(psutil.Process(thread.id).status() == psutil.STATUS_STOPPED for thread in threads)
+
+
 @contextmanager
 def frozen(proc: subprocess.Popen, task: Task) -> Iterator[None]:
     """SIGSTOP the supervisor `proc` until the block ends (SIGCONT), caught where it hurts most. PostgreSQL: holding
@@ -375,6 +381,9 @@ def frozen(proc: subprocess.Popen, task: Task) -> Iterator[None]:
         holder = sqlite3.connect(db["NAME"], timeout=60, isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")
     proc.send_signal(signal.SIGSTOP)
+    # A signal is delivered when the kernel next runs the process: let go only once every thread of it has stopped,
+    # or on a busy machine it takes the lock just let go and stops holding it (SQLite's one write lock, for good).
+    wait_until(lambda: all_stopped(proc.pid), timeout=30, what=f"process {proc.pid} to stop")
     holder.rollback()  # sqlite3 too: it rolls back the BEGIN it sees open
     holder.close()
     try:
